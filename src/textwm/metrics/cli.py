@@ -1,0 +1,148 @@
+"""Command line of the scorer, shared by ``sdar/``, ``wedlm/`` and ``llm_training/evaluate.py``.
+
+Only argparse is imported at module level, so ``--help`` is instant and never touches torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+DESCRIPTION = """Score world-model predictions: exact/semantic match, ROUGE-L, BLEU-1, Self-BLEU,
+Distinct-1/2 and MAUVE. Reads <input-dir>/<file-pattern> for each dataset (rows with
+prediction_raw|predicted|generated and reference|expected|ground_truth), writes
+<output-dir>/<name>_scored.jsonl, eval_summary.json, eval_summary.md and eval_summary.png."""
+
+API_DESCRIPTION = """With --api-url, first generates predictions for <data-dir>/<name>.jsonl (chat rows; the
+last message is the reference) from an OpenAI-compatible /v1/chat/completions endpoint into
+<output-dir>/<name>_outputs.jsonl, then scores them."""
+
+
+def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse.ArgumentParser:
+    from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
+    from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
+
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION + ("\n\n" + API_DESCRIPTION if with_api else ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input-dir", help="folder with the prediction files" +
+                   (" (default: --output-dir when --api-url is given)" if with_api else ""))
+    p.add_argument("--datasets", nargs="+", metavar="NAME", help="dataset names to score")
+    p.add_argument("--output-dir", required=True, help="where scored rows and the summary go")
+    p.add_argument("--file-pattern", default="{name}_outputs.jsonl",
+                   help="prediction file name inside --input-dir (default: %(default)s)")
+    p.add_argument("--keep-errors", action="store_true", help="keep rows whose prediction starts with 'ERROR'")
+    p.add_argument("--keep-empty-ref", action="store_true", help="keep rows whose normalised reference is empty")
+    p.add_argument("--no-dedupe", action="store_true", help="do not de-duplicate rows by 'index' (default: first wins)")
+    p.add_argument("--extract-output-field", nargs="*", default=[], metavar="NAME",
+                   help="datasets whose references are reduced to {output, exception} (api_bank style)")
+    p.add_argument("--no-mauve", action="store_true", help="skip MAUVE (mauve: null in the summary)")
+    p.add_argument("--mauve-featurizer", default=DEFAULT_FEATURIZER,
+                   help="offline default %(default)s; or a sentence-transformers folder, or any HF model id/folder")
+    p.add_argument("--mauve-max-samples", type=int, default=MAUVE_MAX_SAMPLES,
+                   help="rows per MAUVE estimate, fixed-seed sample above it; 0 = all (default: %(default)s)")
+    p.add_argument("--self-bleu-max-samples", type=int, default=SELF_BLEU_MAX_SAMPLES,
+                   help="predictions per Self-BLEU estimate, 0 = all (default: %(default)s)")
+    p.add_argument("--on-bad-row", choices=("fail", "skip"), default="fail",
+                   help="malformed prediction row: stop (default) or skip and count it")
+    p.add_argument("--compare", nargs="+", metavar="[LABEL=]DIR",
+                   help="instead of scoring: put several scored output folders side by side "
+                        "(comparison.md/.png/.json in --output-dir)")
+    p.add_argument("--title", default=None, help="title of the table and chart")
+    if with_api:
+        g = p.add_argument_group("generation through an OpenAI-compatible endpoint")
+        g.add_argument("--api-url", help="e.g. http://localhost:8000/v1/chat/completions (or the server's base URL)")
+        g.add_argument("--model", help="model id (default: the first one the server lists under /v1/models)")
+        g.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
+                       help="bearer token (default: $OPENAI_API_KEY)")
+        g.add_argument("--data-dir", default="./data", help="folder with <name>.jsonl chat rows (default: %(default)s)")
+        g.add_argument("--max-tokens", type=int, default=2048)
+        g.add_argument("--temperature", type=float, default=0.0)
+        g.add_argument("--concurrency", "--max-workers", dest="concurrency", type=int, default=32,
+                       help="requests in flight at most (default: %(default)s)")
+        g.add_argument("--max-retries", type=int, default=3, help="retries of a transient failure (default: %(default)s)")
+        g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: %(default)s)")
+    return p
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: bool) -> None:
+    if args.compare:
+        if args.input_dir or args.datasets or (with_api and args.api_url):
+            p.error("--compare reads already scored folders; use it without --input-dir/--datasets/--api-url")
+        return
+    if not args.datasets:
+        p.error("--datasets is required (or use --compare)")
+    if with_api and args.api_url:
+        args.input_dir = args.input_dir or args.output_dir
+    if not args.input_dir:
+        p.error("--input-dir is required")
+    unknown = set(args.extract_output_field) - set(args.datasets)
+    if unknown:
+        p.error(f"--extract-output-field names datasets not in --datasets: {', '.join(sorted(unknown))}")
+    for flag in ("mauve_max_samples", "self_bleu_max_samples"):
+        if getattr(args, flag) < 0:
+            p.error(f"--{flag.replace('_', '-')} must be >= 0")
+
+
+def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | None = None) -> int:
+    p = build_parser(with_api=with_api, prog=prog)
+    args = p.parse_args(argv)
+    _check_args(p, args, with_api)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from textwm.data.jsonl import DataError
+    from textwm.metrics import report
+
+    try:
+        if args.compare:
+            paths = report.compare_runs(args.compare, args.output_dir, title=args.title or "World-model comparison")
+            print(Path(paths["markdown"]).read_text())
+            print("wrote " + ", ".join(str(v) for v in paths.values()))
+            return 0
+        if with_api and args.api_url:
+            _generate(args)
+        return _score(args)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from textwm.generation.api import ApiGenerationConfig, generate_file
+
+    config = ApiGenerationConfig(api_url=args.api_url, model=args.model, api_key=args.api_key,
+                                 max_tokens=args.max_tokens, temperature=args.temperature,
+                                 concurrency=args.concurrency, max_retries=args.max_retries, timeout_s=args.timeout)
+    for name in args.datasets:
+        out = Path(args.input_dir) / args.file_pattern.format(name=name)
+        rep = generate_file(name, Path(args.data_dir) / f"{name}.jsonl", out, config)
+        print(f"{name}: {rep.rows} predictions from {rep.model} -> {rep.output} ({rep.failed} failed requests)")
+
+
+def _score(args: argparse.Namespace) -> int:
+    from textwm.data.jsonl import DataError
+    from textwm.metrics import report
+    from textwm.metrics.scorer import ScoreOptions, read_predictions, score_and_write
+
+    files = {name: Path(args.input_dir) / args.file_pattern.format(name=name) for name in args.datasets}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise DataError(f"prediction file(s) not found: {', '.join(missing)}", path=args.input_dir)
+    # Read (and validate) every file before writing anything: a bad row in the last dataset
+    # must not leave the first ones scored without a summary.
+    loaded = {name: read_predictions(path, on_error=args.on_bad_row) for name, path in files.items()}
+    results = {}
+    for name, (rows, n_bad) in loaded.items():
+        options = ScoreOptions(drop_errors=not args.keep_errors, drop_empty_ref=not args.keep_empty_ref,
+                               dedupe_by_index=not args.no_dedupe,
+                               extract_output_field=name in args.extract_output_field,
+                               compute_mauve=not args.no_mauve, mauve_featurizer=args.mauve_featurizer,
+                               mauve_max_samples=args.mauve_max_samples,
+                               self_bleu_max_samples=args.self_bleu_max_samples, on_bad_row=args.on_bad_row)
+        results[name] = score_and_write(name, rows, args.output_dir, options, num_bad_rows_skipped=n_bad)
+    paths = report.write_report(results, args.output_dir, title=args.title or "World-model scores")
+    print(Path(paths["markdown"]).read_text())
+    print("wrote " + ", ".join(str(v) for v in paths.values()))
+    return 0

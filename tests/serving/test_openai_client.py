@@ -1,0 +1,152 @@
+"""The chat client against a real HTTP server on a loopback port (scripted to fail on purpose)."""
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import chat, run_script, write_lines
+from textwm.serving.openai_client import (
+    ChatClient,
+    ChatRequestError,
+    RetryPolicy,
+    chat_completions_url,
+    complete_all,
+    resolve_model_id,
+)
+
+FAST = RetryPolicy(max_retries=2, backoff_s=0.01)
+
+
+class ScriptedServer:
+    """An OpenAI-compatible endpoint that echoes the last user message, failing as scripted.
+
+    ``failures[key]`` = list of status codes to return before succeeding for requests whose last
+    user message is ``key`` (-1 closes the connection without answering).
+    """
+
+    def __init__(self, failures=None, model="tiny-wm"):
+        self.failures = {k: list(v) for k, v in (failures or {}).items()}
+        self.requests = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                key = body["messages"][-1]["content"]
+                with outer.lock:
+                    outer.requests.append(body)
+                    todo = outer.failures.get(key)
+                    status = todo.pop(0) if todo else 200
+                if status == -1:
+                    self.connection.close()
+                    return
+                if status != 200:
+                    self._send(status, {"error": f"scripted {status}"})
+                    return
+                self._send(200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": f"echo: {key}"}}],
+                                 "usage": {"completion_tokens": 2}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = ScriptedServer({"flaky": [503, 502], "dead": [503] * 10, "bad": [400], "drop": [-1]})
+    yield s
+    s.close()
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_url_forms():
+    for url in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/chat/completions"):
+        assert chat_completions_url(url) == "http://h:1/v1/chat/completions"
+
+
+def test_retries_transient_errors_then_succeeds(server):
+    async def go():
+        async with ChatClient(server.url, model="m", retry=FAST) as client:
+            return await client.complete([{"role": "user", "content": "flaky"}], max_tokens=5)
+    result = _run(go())
+    assert result.text == "echo: flaky" and result.finish_reason == "stop"
+    assert len(server.requests) == 3 and server.requests[0]["max_tokens"] == 5
+
+
+def test_gives_up_after_bounded_retries_and_does_not_retry_4xx(server):
+    async def go(key):
+        async with ChatClient(server.url, model="m", retry=FAST) as client:
+            return await client.complete([{"role": "user", "content": key}])
+    with pytest.raises(ChatRequestError, match=r"HTTP 503.*after 3 attempts") as err:
+        _run(go("dead"))
+    assert err.value.status == 503 and err.value.attempts == 3
+    with pytest.raises(ChatRequestError, match="HTTP 400") as err:
+        _run(go("bad"))
+    assert err.value.attempts == 1
+    assert _run(go("drop")).text == "echo: drop"  # a dropped connection is transient
+
+
+def test_connection_refused_is_an_error():
+    async def go():
+        async with ChatClient("http://127.0.0.1:9", model="m", retry=RetryPolicy(max_retries=1, backoff_s=0.01)) as c:
+            return await c.complete([{"role": "user", "content": "x"}])
+    with pytest.raises(ChatRequestError, match="ConnectError"):
+        _run(go())
+
+
+def test_complete_all_keeps_order_and_marks_failures(server):
+    prompts = [[{"role": "user", "content": k}] for k in ("a", "dead", "b", "flaky")]
+
+    async def go():
+        async with ChatClient(server.url, model="m", retry=FAST) as client:
+            return await complete_all(client, prompts, concurrency=2)
+    out = _run(go())
+    assert out[0] == "echo: a" and out[2] == "echo: b" and out[3] == "echo: flaky"
+    assert out[1].startswith("ERROR: HTTP 503")
+
+
+def test_resolve_model_id(server):
+    assert _run(resolve_model_id(server.url + "/v1/chat/completions")) == "tiny-wm"
+
+
+def test_llm_training_evaluate_generates_then_scores(server, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_lines(data / "test.jsonl", [
+        chat(user="ok", answer="echo: ok"), chat(user="dead", answer="x"), chat(user="other", answer="echo: other")])
+    out = tmp_path / "out"
+    res = run_script("llm_training/evaluate.py", "--api-url", server.url, "--data-dir", str(data), "--datasets",
+                     "test", "--output-dir", str(out), "--max-retries", "1", "--concurrency", "4", "--no-mauve")
+    assert res.returncode == 0, res.stderr
+    assert "3 predictions from tiny-wm" in res.stdout and "(1 failed requests)" in res.stdout
+    rows = [json.loads(line) for line in (out / "test_outputs.jsonl").read_text().splitlines()]
+    assert set(rows[0]) == {"index", "config", "prediction_raw", "reference", "generated", "ground_truth"}
+    assert rows[1]["prediction_raw"].startswith("ERROR")
+    summary = json.loads((out / "eval_summary.json").read_text())["test"]
+    assert (summary["num_samples"], summary["num_dropped_errors"], summary["exact_match"]) == (2, 1, 1.0)
