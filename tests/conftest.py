@@ -45,3 +45,28 @@ def run_script(script: str, *args: str, env: dict | None = None, timeout: float 
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+# --- tiny models, built once per test session (a second each) ---------------------------------
+
+TINY_CORPUS = [
+    "This room is called the kitchen. In it, you see: a stove, a fridge, a sink and a table.",
+    "The door is now open.", "You move to the hallway.", "Nothing happens.", "You pick up the thermometer.",
+    "The stove is now activated.", "The water in the pot is boiling.", "You focus on the orange.",
+] * 10
+
+
+@pytest.fixture(scope="session")
+def tiny_sdar_dir(tmp_path_factory) -> Path:
+    """A random tiny SDAR checkpoint with block_size 8 (so block lengths 1, 2, 4, 8 divide it)."""
+    from textwm.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_sdar"), TINY_CORPUS, family="sdar", block_size=8,
+                                 vocab_size=400, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_ar_dir(tmp_path_factory) -> Path:
+    from textwm.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ar"), TINY_CORPUS, family="ar", vocab_size=400, seed=2)

@@ -1,0 +1,35 @@
+"""Build a tiny random world model (Qwen3 architecture) with a tokenizer trained on chat data.
+
+    python scripts/make_tiny_model.py --family sdar --out runs/tiny_sdar            # ~1 s
+    python scripts/make_tiny_model.py --family ar --size small --out runs/small_ar
+    python scripts/make_tiny_model.py --family sdar --size qwen3-8b --vocab-size 151936 --out /tmp/sdar8b
+"""
+
+import argparse
+import logging
+
+from textwm.data.jsonl import read_jsonl
+from textwm.data.schema import validate_row
+from textwm.models.tiny import SIZES, build_tiny_checkpoint, chat_texts
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--family", choices=("ar", "sdar"), default="sdar")
+    p.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    p.add_argument("--block-size", type=int, default=4, help="SDAR block size")
+    p.add_argument("--texts", nargs="+", default=["data/samples/sciworld_wm_train.jsonl"],
+                   help="chat JSONL files to train the tokenizer on")
+    p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    rows = [r for path in args.texts for r in read_jsonl(path, validate=validate_row).rows]
+    build_tiny_checkpoint(args.out, chat_texts(rows), family=args.family, size=args.size, block_size=args.block_size,
+                          vocab_size=args.vocab_size, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SFT of a world model with the SDAR block-diffusion objective (or `objective=ar`), one trainer.
+# Hardware: 1-8 GPUs of one node (torchrun; DeepSpeed/FSDP from the YAML), or the CPU for tiny runs.
+# Runtime: tiny_cpu.yaml ~1 min on 2 CPU cores; sft_example.yaml (8B, 8xH200) hours.
+#
+#   CONFIG=sdar/configs/sft_example.yaml NUM_GPUS=8 sdar/train_sft.sh [key=value ...]
+#   CONFIG=sdar/configs/tiny_cpu.yaml NUM_GPUS=1 sdar/train_sft.sh max_steps=20
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CONFIG="${CONFIG:-$ROOT/sdar/configs/sft_example.yaml}"
+NUM_GPUS="${NUM_GPUS:-8}"
+MASTER_PORT="${MASTER_PORT:-29500}"
+TORCHRUN="${TORCHRUN:-torchrun}"
+
+export PYTHONUNBUFFERED=1
+exec "$TORCHRUN" --standalone --nnodes 1 --nproc_per_node "$NUM_GPUS" --master_port "$MASTER_PORT" \
+  "$ROOT/sdar/train.py" --config "$CONFIG" "$@"

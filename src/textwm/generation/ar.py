@@ -1,0 +1,54 @@
+"""Left-to-right decoding of AR world models (HF ``generate`` with a KV cache), same interface
+as :class:`~textwm.generation.sdar.SDARDecoder`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from textwm.generation.sdar import DecodeSettings, Generation
+from textwm.models.checkpoint import ModelSpec
+
+
+class ARDecoder:
+    family = "ar"
+
+    def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None):
+        self.model = model
+        self.spec = spec
+        self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings) -> list[Generation]:
+        if not prompts:
+            return []
+        dev = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long, device=dev)
+        attention = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, device=dev)
+            attention[i, width - len(p):] = 1
+        sampling = settings.temperature > 0
+        if settings.seed is not None:
+            torch.manual_seed(settings.seed)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=attention, max_new_tokens=settings.gen_length, do_sample=sampling,
+            temperature=settings.temperature if sampling else None, top_k=settings.top_k if sampling else None,
+            top_p=settings.top_p if sampling else None, eos_token_id=list(self.spec.stop_ids) or None,
+            pad_token_id=self.pad_id)
+        new = out[:, width:].tolist()
+        steps = len(new[0]) if new else 0
+        results = []
+        for row in new:
+            tokens, reason = [], "length"
+            for tok in row:
+                if tok in self.spec.stop_ids:
+                    reason = "stop"
+                    break
+                tokens.append(tok)
+            results.append(Generation(token_ids=tokens, finish_reason=reason, num_forwards=steps))
+        return results
+

@@ -1,0 +1,60 @@
+"""Token sampling for the decoders: temperature, top-k, top-p, confidence and entropy.
+
+Conventions (REFERENCE.md "SDAR"): the caller sets banned logits (the mask token) to -inf first;
+``temperature == 0`` is greedy (argmax, confidence = softmax probability of the argmax);
+otherwise logits are divided by the temperature, filtered by top-k then top-p, and the token is
+drawn from the resulting distribution, whose probability of that token is the confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampled:
+    tokens: torch.Tensor       # [N] long
+    confidence: torch.Tensor   # [N] probability of the chosen token
+    probs: torch.Tensor        # [N, V] the distribution it was drawn from
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits of each row (``k <= 0``: keep all)."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filter: the smallest set of top tokens whose probability reaches ``p`` (``p >= 1``: all)."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative > p
+    drop_sorted[..., 1:] = drop_sorted[..., :-1].clone()  # keep the token that crosses p
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> Sampled:
+    """Sample one token per row of ``logits [N, V]`` (computed in float32)."""
+    logits = logits.float()
+    if temperature == 0:
+        probs = torch.softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+    else:
+        scaled = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
+        probs = torch.softmax(scaled, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) of each row of ``probs [N, V]`` over the full distribution."""
+    return -torch.special.xlogy(probs, probs).sum(dim=-1)

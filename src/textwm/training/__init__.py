@@ -1,0 +1,1 @@
+"""The SFT trainer for world models: one HF-Trainer-based trainer, objectives ``ar`` and ``sdar``."""

@@ -1,0 +1,173 @@
+"""The one typed config of the SFT trainer, loadable from YAML with ``key=value`` overrides.
+
+Keys follow the paper's LlamaFactory configs where they apply (``model_name_or_path``,
+``dataset``/``train_file``, ``template``, ``block_length``, ``cutoff_len``, ``truncate_mode``,
+``neat_packing``, ``learning_rate``, ...). LlamaFactory keys that have no meaning here (``stage``,
+``finetuning_type``, ...) are accepted and listed in a warning; any other unknown key is an error
+that names the closest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("ar", "sdar")
+TRUNCATE_MODES = ("drop", "cut")
+
+#: LlamaFactory keys of the paper's configs that this trainer does not need (accepted, warned about).
+IGNORED_LLAMAFACTORY_KEYS = frozenset({
+    "stage", "do_train", "finetuning_type", "train_from_scratch", "trust_remote_code", "freeze_vision_tower",
+    "freeze_multi_modal_projector", "freeze_language_model", "use_dft_loss", "overwrite_cache", "tokenized_path",
+    "preprocessing_num_workers", "plot_loss", "overwrite_output_dir", "save_only_model", "ddp_timeout",
+    "include_effective_tokens_per_second",
+})
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and what to do."""
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning of a world model with the AR or the SDAR objective."""
+
+    model_name_or_path: str = field(default="", metadata={"help": "checkpoint folder (or hub id) to start from"})
+    objective: str = field(default="sdar", metadata={"help": "ar (next-token CE) or sdar (block diffusion)"})
+    train_file: str = field(default="", metadata={"help": "chat JSONL to train on (rows end with the target)"})
+    dataset: str = field(default="", metadata={"help": "LlamaFactory style: a name in <dataset_dir>/dataset_info.json"})
+    dataset_dir: str = field(default="data", metadata={"help": "folder of dataset_info.json (with `dataset`)"})
+    eval_file: str = field(default="", metadata={"help": "optional chat JSONL for the eval loss"})
+    template: str = field(default="auto", metadata={"help": "prompt template; the checkpoint's chat template is used"})
+    block_length: int = field(default=4, metadata={"help": "SDAR block size; must equal the model's block_size"})
+    cutoff_len: int = field(default=2048, metadata={"help": "max tokens per sample (and per packed row)"})
+    truncate_mode: str = field(default="drop", metadata={
+        "help": "sample longer than cutoff_len: drop it (counted) or cut the prompt's start to fit"})
+    neat_packing: bool = field(default=False, metadata={
+        "help": "pack samples into rows of cutoff_len tokens without cross-sample attention"})
+    output_dir: str = field(default="runs/sft", metadata={"help": "checkpoints, logs and the resolved config"})
+    learning_rate: float = field(default=1e-5, metadata={"help": "peak learning rate"})
+    per_device_train_batch_size: int = field(default=1, metadata={"help": "rows per device per micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over the data"})
+    max_steps: int = field(default=-1, metadata={"help": "stop after this many optimizer steps (-1: epochs decide)"})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "HF scheduler name, e.g. constant_with_warmup"})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "share of steps for linear warm-up"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    optim: str = field(default="adamw_torch", metadata={"help": "HF optimizer name"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU)"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations to save memory"})
+    attn_implementation: str = field(default="auto", metadata={
+        "help": "auto (flex_attention on CUDA, sdpa on CPU), flex_attention, sdpa or eager"})
+    deepspeed: str = field(default="", metadata={"help": "DeepSpeed JSON config (ZeRO-2/3), e.g. sdar/configs/ds_z3.json"})
+    fsdp: str = field(default="", metadata={"help": "HF/accelerate FSDP spec, e.g. 'full_shard auto_wrap'"})
+    fsdp_config: dict = field(default_factory=dict, metadata={"help": "FSDP options (see HF TrainingArguments)"})
+    save_steps: int = field(default=500, metadata={"help": "checkpoint every N optimizer steps"})
+    save_total_limit: int | None = field(default=None, metadata={"help": "keep at most N checkpoints"})
+    logging_steps: int = field(default=10, metadata={"help": "progress line every N optimizer steps"})
+    eval_steps: int | None = field(default=None, metadata={"help": "eval loss every N steps (with eval_file)"})
+    seed: int = field(default=42, metadata={"help": "seed of init order, shuffling and noise"})
+    mask_eps: float = field(default=1e-3, metadata={"help": "SDAR: lower bound of the masking probability"})
+    dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
+    resume_from_checkpoint: Any = field(default=None, metadata={
+        "help": "null, true (latest checkpoint in output_dir) or a checkpoint path"})
+    report_to: str = field(default="none", metadata={"help": "none, tensorboard, wandb, ..."})
+    run_name: str = field(default="", metadata={"help": "name shown by the reporting tool"})
+
+    def __post_init__(self) -> None:
+        if not self.model_name_or_path:
+            raise ConfigError("model_name_or_path is required")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if bool(self.train_file) == bool(self.dataset):
+            raise ConfigError("give exactly one of train_file (a JSONL path) or dataset (a name in "
+                              "<dataset_dir>/dataset_info.json)")
+        if self.truncate_mode not in TRUNCATE_MODES:
+            raise ConfigError(f"truncate_mode must be one of {', '.join(TRUNCATE_MODES)}, got {self.truncate_mode!r}")
+        if self.block_length < 1:
+            raise ConfigError(f"block_length must be >= 1, got {self.block_length}")
+        if self.objective == "sdar" and self.cutoff_len % self.block_length:
+            raise ConfigError(f"cutoff_len ({self.cutoff_len}) must be a multiple of block_length "
+                              f"({self.block_length}) for the SDAR objective")
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "logging_steps",
+                     "save_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not 0.0 < self.mask_eps < 1.0:
+            raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
+        if self.deepspeed and self.fsdp:
+            raise ConfigError("choose deepspeed or fsdp, not both")
+
+    def resolve_train_file(self) -> Path:
+        """The training JSONL: ``train_file``, or ``dataset`` looked up in ``dataset_info.json``."""
+        if self.train_file:
+            return Path(self.train_file)
+        from textwm.data.jsonl import DataError, read_json
+
+        info_path = Path(self.dataset_dir) / "dataset_info.json"
+        info = read_json(info_path)
+        if self.dataset not in info:
+            raise DataError(f"no dataset named {self.dataset!r} (known: {', '.join(sorted(info))})", path=info_path)
+        entry = info[self.dataset]
+        if "file_name" not in entry:
+            raise DataError(f"entry {self.dataset!r} has no file_name", path=info_path)
+        return Path(self.dataset_dir) / entry["file_name"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SFTConfig:
+    """Read a YAML config and apply ``key=value`` overrides (YAML-typed, e.g. ``max_steps=10``).
+
+    Raises:
+        ConfigError: unknown key (with the closest valid one), bad value, or unreadable YAML.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the config must be a mapping of keys to values")
+        data.update(loaded or {})
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value")
+        data[key.strip()] = yaml.safe_load(value)  # YAML typing: 10 -> int, true -> bool, null
+    valid = {f.name for f in dataclasses.fields(SFTConfig)}
+    ignored = sorted(k for k in data if k in IGNORED_LLAMAFACTORY_KEYS)
+    if ignored:
+        log.warning("ignoring LlamaFactory keys that do not apply here: %s", ", ".join(ignored))
+    unknown = [k for k in data if k not in valid and k not in IGNORED_LLAMAFACTORY_KEYS]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"{path or 'overrides'}: unknown config key(s): {', '.join(hints)}")
+    return SFTConfig(**{k: v for k, v in data.items() if k in valid})
+
+
+def save_config(config: SFTConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (atomically) next to the outputs it produced."""
+    from textwm.data.jsonl import atomic_write
+
+    with atomic_write(path) as f:
+        f.write("# resolved textwm SFT config (every key, defaults included)\n")
+        yaml.safe_dump(config.to_dict(), f, sort_keys=False)

@@ -1,0 +1,112 @@
+"""Training objectives: how a batch becomes a loss. One class per model family.
+
+An objective knows the block size it pads samples to, adds what it needs to a collated batch
+(the SDAR noise), and computes the loss normalised by the answer tokens of the whole optimisation
+step (``num_items_in_batch``, counted by the HF Trainer over all micro-batches and ranks), so
+gradient accumulation and data parallelism give the same gradient as one large batch.
+WeDLM plugs in as a third class with the same three methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from textwm.diffusion.masks import PAD_SAMPLE, build_mask, packed_causal_mask_mod, sdar_mask_mod
+from textwm.diffusion.sdar import IGNORE_INDEX, MASK_EPS, double_input, masked_diffusion_loss, sample_noise
+from textwm.training.data import pad_batch
+
+
+def _answer_tokens(labels: torch.Tensor, num_items_in_batch: Any) -> Any:
+    return num_items_in_batch if num_items_in_batch is not None else (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+class Objective(ABC):
+    """The interface the trainer uses."""
+
+    name: str
+    #: Samples are padded to a multiple of this (None: no padding).
+    block_size: int | None = None
+
+    def __init__(self, *, attn_implementation: str, pad_token_id: int):
+        self.attn_implementation = attn_implementation
+        self.pad_token_id = pad_token_id
+
+    def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pad rows into ``[B, L]`` tensors (flex attention wants lengths in 128-token tiles)."""
+        multiple = 128 if self.attn_implementation == "flex_attention" else (self.block_size or 1)
+        return pad_batch(features, pad_token_id=self.pad_token_id, multiple_of=multiple)
+
+    @abstractmethod
+    def loss(self, model: Any, batch: dict[str, torch.Tensor], num_items_in_batch: Any = None) -> torch.Tensor:
+        """Scalar loss of one micro-batch, already divided by the step's answer-token count."""
+
+
+class ARObjective(Objective):
+    """Next-token cross-entropy over answer tokens, causal attention inside each packed sample."""
+
+    name = "ar"
+
+    def loss(self, model, batch, num_items_in_batch=None):
+        ids, labels = batch["input_ids"], batch["labels"]
+        bsz, length = ids.shape
+        mask = build_mask(packed_causal_mask_mod(batch["sample_ids"]), bsz, length, length, ids.device,
+                          attn_implementation=self.attn_implementation)
+        logits = model(input_ids=ids, position_ids=batch["position_ids"], attention_mask=mask).logits
+        targets = labels[:, 1:]
+        keep = targets != IGNORE_INDEX
+        ce = F.cross_entropy(logits[:, :-1][keep].float(), targets[keep], reduction="sum")
+        return ce / _answer_tokens(labels, num_items_in_batch)
+
+
+class SDARObjective(Objective):
+    """Masked-token CE per block with the doubled ``[x_t, x_0]`` input (:mod:`textwm.diffusion.sdar`)."""
+
+    name = "sdar"
+
+    def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, block_size: int,
+                 mask_eps: float = MASK_EPS):
+        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
+        self.mask_token_id = mask_token_id
+        self.block_size = block_size
+        self.mask_eps = mask_eps
+
+    def collate(self, features):
+        """Pad, then draw each sample's noise from its seed: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
+        batch = super().collate(features)
+        answer = batch["labels"] != IGNORE_INDEX
+        noise_mask = torch.zeros_like(answer)
+        noise_p = torch.ones(answer.shape, dtype=torch.float32)
+        for b, feature in enumerate(features):
+            sample_ids = batch["sample_ids"][b]
+            for sid, seed in enumerate(feature["noise_seeds"]):
+                where = (sample_ids == sid).nonzero(as_tuple=True)[0]
+                masked, p = sample_noise(answer[b, where], seed, self.mask_eps)
+                noise_mask[b, where] = masked
+                noise_p[b, where] = p
+        batch["noise_mask"], batch["noise_p"] = noise_mask, noise_p
+        return batch
+
+    def loss(self, model, batch, num_items_in_batch=None):
+        ids, labels, masked = batch["input_ids"], batch["labels"], batch["noise_mask"]
+        bsz, length = ids.shape
+        noisy = torch.where(masked, torch.full_like(ids, self.mask_token_id), ids)
+        ids2, pos2, sid2 = double_input(noisy, ids, batch["position_ids"], batch["sample_ids"])
+        mask = build_mask(sdar_mask_mod(pos2, sid2, self.block_size, length), bsz, 2 * length, 2 * length,
+                          ids.device, attn_implementation=self.attn_implementation)
+        # Only positions masked in some row need logits: the vocabulary projection of the rest
+        # (prompt, unmasked answer, the whole clean copy) would be wasted memory.
+        keep = masked.any(dim=0).nonzero(as_tuple=True)[0]
+        logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
+        sel = masked[:, keep]
+        return masked_diffusion_loss(logits[sel], ids[:, keep][sel], batch["noise_p"][:, keep][sel],
+                                     _answer_tokens(labels, num_items_in_batch))
+
+
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens of a batch (throughput accounting)."""
+    return int((batch["sample_ids"] != PAD_SAMPLE).sum())

@@ -1,0 +1,223 @@
+"""The one SFT trainer: HF ``Trainer`` with a world-model objective (``ar`` or ``sdar``).
+
+Built on the HF Trainer so torchrun, DeepSpeed ZeRO-2/3 and FSDP work as users expect; what it
+adds is the objective's collation and loss, a progress line with tokens/s, and the resolved
+config saved with every checkpoint. Run it with ``sdar/train_sft.sh`` (torchrun) or
+``python sdar/train.py --config CONFIG``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from textwm.data.jsonl import DataError, read_jsonl
+from textwm.data.schema import validate_target_row
+from textwm.models.checkpoint import (
+    CheckpointError,
+    as_autoregressive,
+    convert_to_block_diffusion,
+    read_spec,
+)
+from textwm.training.config import SFTConfig, save_config
+from textwm.training.data import ChatEncoder, TrainingRows, build_rows, count_tokens, encode_rows
+from textwm.training.objectives import ARObjective, Objective, SDARObjective, real_tokens
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "textwm_sft_config.yaml"
+
+
+def resolve_attn_implementation(name: str) -> str:
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "flex_attention"
+    log.warning("no CUDA device: using SDPA with dense attention masks instead of flex attention "
+                "(fine for CPU-sized runs; memory grows with the square of the sequence length)")
+    return "sdpa"
+
+
+def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any, Objective]:
+    """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import textwm.models.sdar  # noqa: F401  (registers the sdar model type)
+
+    spec = read_spec(config.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(spec.path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # fp32 master weights; bf16 comes from the Trainer's autocast (config.bf16).
+    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch.float32,
+                                                 attn_implementation=attn_implementation)
+    if config.objective == "sdar":
+        if spec.family != "sdar":
+            mask_id = convert_to_block_diffusion(model, tokenizer, config.block_length)
+            log.warning("%s is an AR checkpoint: converted to block diffusion (block %d, mask id %d); "
+                        "checkpoints are saved in SDAR format", spec.path, config.block_length, mask_id)
+        elif spec.block_size is not None and spec.block_size != config.block_length:
+            raise CheckpointError(f"{spec.path} was trained with block_size {spec.block_size} but block_length is "
+                                  f"{config.block_length}; set block_length: {spec.block_size}")
+        elif spec.mask_token_id is None:
+            raise CheckpointError(f"{spec.path}: SDAR checkpoint without mask_token_id in config.json")
+        objective: Objective = SDARObjective(attn_implementation=attn_implementation,
+                                             pad_token_id=tokenizer.pad_token_id,
+                                             mask_token_id=int(model.config.mask_token_id),
+                                             block_size=config.block_length, mask_eps=config.mask_eps)
+    else:
+        if spec.family == "sdar":
+            as_autoregressive(model)
+            log.warning("%s is a block-diffusion checkpoint trained here with the AR objective; checkpoints are "
+                        "saved as a plain causal LM", spec.path)
+        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=tokenizer.pad_token_id)
+    if spec.stop_ids:
+        model.generation_config.eos_token_id = list(spec.stop_ids)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer, objective
+
+
+def load_rows(path: Path, encoder: ChatEncoder, config: SFTConfig, block_size: int | None, *, what: str) -> TrainingRows:
+    rows = read_jsonl(path, validate=validate_target_row).rows
+    report = encode_rows(rows, encoder, cutoff_len=config.cutoff_len, truncate_mode=config.truncate_mode,
+                         block_size=block_size)
+    if not report.samples:
+        raise DataError(f"no {what} sample left: all {len(rows)} rows are longer than cutoff_len "
+                        f"({config.cutoff_len}); raise cutoff_len or use truncate_mode: cut", path=path)
+    built = build_rows(report.samples, max_len=config.cutoff_len, packing=config.neat_packing)
+    tokens, answer = count_tokens(built)
+    log.info("%s data %s: %d rows -> %s -> %d training rows, %d tokens (%d answer)", what, path, len(rows),
+             report.summary(), len(built), tokens, answer)
+    return TrainingRows(built, seed=config.seed)
+
+
+class WorldModelTrainer(Trainer):
+    """HF Trainer whose loss comes from an :class:`Objective`."""
+
+    def __init__(self, *args: Any, objective: Objective, sft_config: SFTConfig, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.objective = objective
+        self.sft_config = sft_config
+        # The objective divides by the step's answer-token count itself: the Trainer must pass that
+        # count (num_items_in_batch) and must not divide by the accumulation steps again.
+        self.model_accepts_loss_kwargs = True
+        self.tokens_seen = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.tokens_seen += real_tokens(inputs)
+        loss = self.objective.loss(model, inputs, num_items_in_batch)
+        if (self.args.average_tokens_across_devices and num_items_in_batch is not None
+                and self.accelerator.num_processes > 1):
+            # DDP averages gradients over ranks while num_items_in_batch counts all ranks' tokens.
+            loss = loss * self.accelerator.num_processes
+        return (loss, {"loss": loss}) if return_outputs else loss
+
+
+class EpochNoise(TrainerCallback):
+    """Tells the dataset which epoch it is, so each epoch draws fresh per-sample noise."""
+
+    def __init__(self, dataset: TrainingRows):
+        self.dataset = dataset
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.dataset.epoch = math.floor(state.epoch or 0)
+
+
+class ProgressLine(TrainerCallback):
+    """One line per logging step: step, loss, lr, tokens/s (this rank's tokens x world size), epoch."""
+
+    def __init__(self, trainer: WorldModelTrainer):
+        self.trainer = trainer
+        self._last = (time.perf_counter(), 0)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if "eval_loss" in logs:
+            log.info("step %d | eval loss %.4f", state.global_step, logs["eval_loss"])
+        if "loss" not in logs:
+            return
+        now, tokens = time.perf_counter(), self.trainer.tokens_seen
+        rate = (tokens - self._last[1]) / max(now - self._last[0], 1e-9) * args.world_size
+        self._last = (now, tokens)
+        logs["tokens_per_second"] = round(rate, 1)
+        log.info("step %d/%d | loss %.4f | lr %.3g | %.0f tok/s | epoch %.2f", state.global_step, state.max_steps,
+                 logs["loss"], logs.get("learning_rate", float("nan")), rate, state.epoch or 0.0)
+
+
+class SaveResolvedConfig(TrainerCallback):
+    """Writes the resolved config into every checkpoint folder."""
+
+    def __init__(self, config: SFTConfig):
+        self.config = config
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            save_config(self.config, Path(args.output_dir) / f"checkpoint-{state.global_step}" / CONFIG_FILE)
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path
+    global_step: int
+    train_loss: float
+    metrics: dict[str, Any]
+
+
+def training_arguments(config: SFTConfig) -> TrainingArguments:
+    has_eval = bool(config.eval_file)
+    return TrainingArguments(
+        output_dir=config.output_dir, learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        per_device_eval_batch_size=config.per_device_train_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps, num_train_epochs=config.num_train_epochs,
+        max_steps=config.max_steps, lr_scheduler_type=config.lr_scheduler_type,
+        warmup_steps=config.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, optim=config.optim, bf16=config.bf16,
+        gradient_checkpointing=config.gradient_checkpointing, deepspeed=config.deepspeed or None,
+        fsdp=config.fsdp or "", fsdp_config=config.fsdp_config or None, save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit, logging_steps=config.logging_steps, seed=config.seed,
+        data_seed=config.seed, dataloader_num_workers=config.dataloader_num_workers, report_to=config.report_to,
+        run_name=config.run_name or None, remove_unused_columns=False, disable_tqdm=True,
+        eval_strategy="steps" if has_eval else "no", eval_steps=config.eval_steps or config.save_steps,
+        label_names=["labels"], save_strategy="steps", prediction_loss_only=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def train(config: SFTConfig) -> TrainResult:
+    """Run SFT as configured; returns where the final model is and the training loss."""
+    attn = resolve_attn_implementation(config.attn_implementation)
+    model, tokenizer, objective = prepare_model(config, attn)
+    encoder = ChatEncoder(tokenizer)
+    train_rows = load_rows(config.resolve_train_file(), encoder, config, objective.block_size, what="train")
+    eval_rows = (load_rows(Path(config.eval_file), encoder, config, objective.block_size, what="eval")
+                 if config.eval_file else None)
+    args = training_arguments(config)
+    trainer = WorldModelTrainer(model=model, args=args, train_dataset=train_rows, eval_dataset=eval_rows,
+                                data_collator=objective.collate, processing_class=tokenizer, objective=objective,
+                                sft_config=config)
+    trainer.add_callback(EpochNoise(train_rows))
+    trainer.add_callback(ProgressLine(trainer))
+    trainer.add_callback(SaveResolvedConfig(config))
+    out = Path(config.output_dir)
+    if trainer.is_world_process_zero():
+        save_config(config, out / CONFIG_FILE)
+    resume = config.resume_from_checkpoint
+    if resume is True and not any(out.glob("checkpoint-*")):
+        log.warning("resume_from_checkpoint: true but %s has no checkpoint yet; starting fresh", out)
+        resume = None
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(out))
+    if trainer.is_world_process_zero():
+        save_config(config, out / CONFIG_FILE)
+    log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, out)
+    return TrainResult(output_dir=out, global_step=result.global_step, train_loss=result.training_loss,
+                       metrics=dict(result.metrics))

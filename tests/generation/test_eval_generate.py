@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from tests.conftest import chat, run_script, write_lines
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    rows = [chat(user=f"State: room {i}\n\nAction: look around", answer=f"You see room {i}.") for i in range(7)]
+    write_lines(tmp_path / "eval_test.jsonl", rows)
+    write_lines(tmp_path / "eval_ood.jsonl", rows[:3])
+    return tmp_path
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("family", ["sdar", "ar"])
+def test_eval_generate_writes_the_papers_rows(family, tiny_sdar_dir, tiny_ar_dir, data_dir, tmp_path):
+    model = tiny_sdar_dir if family == "sdar" else tiny_ar_dir
+    out = tmp_path / "out"
+    res = run_script("sdar/eval_generate.py", "--model-path", str(model), "--data-dir", str(data_dir),
+                     "--datasets", "test", "ood", "--output-dir", str(out), "--num-gpus", "1", "--per-batch", "3",
+                     "--gen-length", "8", "--temperature", "0")
+    assert res.returncode == 0, res.stderr
+    assert "no CUDA device" in res.stderr  # --num-gpus 1 on a CPU machine falls back, loudly
+    rows = _rows(out / "test_outputs.jsonl")
+    assert [r["index"] for r in rows] == list(range(7))
+    assert set(rows[0]) == {"index", "config", "prediction_raw", "reference", "generated", "ground_truth"}
+    assert rows[3]["reference"] == "You see room 3." and rows[3]["config"] == "test"
+    assert not any(r["prediction_raw"].startswith("ERROR") for r in rows)
+    assert len(_rows(out / "ood_outputs.jsonl")) == 3
+    summary = json.loads((out / "eval_generate_config.json").read_text())
+    assert summary["config"]["block_length"] == 4 and summary["datasets"]["test"]["errors"] == 0
+
+
+def test_failed_batches_become_counted_error_rows(tiny_sdar_dir, data_dir, tmp_path):
+    out = tmp_path / "out"
+    res = run_script("sdar/eval_generate.py", "--model-path", str(tiny_sdar_dir), "--data-dir", str(data_dir),
+                     "--datasets", "ood", "--output-dir", str(out), "--num-gpus", "0", "--gen-length", "4",
+                     "--mask-token-id", "999999")  # outside the embedding: every forward fails
+    assert res.returncode == 0, res.stderr
+    assert "(3 ERROR rows)" in res.stdout
+    rows = _rows(out / "ood_outputs.jsonl")
+    assert all(r["prediction_raw"].startswith("ERROR: IndexError") for r in rows)
+    scored = run_script("sdar/evaluate.py", "--input-dir", str(out), "--datasets", "ood", "--output-dir", str(out),
+                        "--no-mauve")
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads((out / "eval_summary.json").read_text())["ood"]["num_dropped_errors"] == 3
+
+
+def test_bad_inputs(tiny_sdar_dir, tiny_ar_dir, data_dir, tmp_path):
+    res = run_script("sdar/eval_generate.py", "--model-path", str(tiny_sdar_dir), "--data-dir", str(data_dir),
+                     "--datasets", "missing", "--output-dir", str(tmp_path), "--num-gpus", "0")
+    assert res.returncode == 2 and "eval_missing.jsonl: file not found" in res.stderr
+    res = run_script("sdar/eval_generate.py", "--model-path", str(tiny_sdar_dir), "--data-dir", str(data_dir),
+                     "--datasets", "test", "--output-dir", str(tmp_path), "--num-gpus", "0", "--block-length", "3")
+    assert res.returncode == 2 and "does not divide the model's block_size 8" in res.stderr

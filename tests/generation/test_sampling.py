@@ -1,0 +1,75 @@
+import math
+
+import pytest
+import torch
+
+from textwm.generation.remasking import select_transfer, transfer_schedule
+from textwm.generation.sampling import entropy, sample, top_k_filter, top_p_filter
+
+NEG = float("-inf")
+
+
+def test_top_k_and_top_p_filters():
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    assert top_k_filter(logits, 2).tolist() == [[NEG, 3.0, 2.0]]
+    assert torch.equal(top_k_filter(logits, 0), logits)
+    probs_logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    kept = top_p_filter(probs_logits, 0.6)              # 0.5 < 0.6: the token crossing p (0.3) is kept
+    assert torch.isinf(kept[0, 2]) and torch.isfinite(kept[0, :2]).all()
+    assert torch.isfinite(top_p_filter(probs_logits, 1.0)).all()
+
+
+def test_greedy_confidence_is_softmax_of_argmax():
+    logits = torch.tensor([[0.0, math.log(3.0), 0.0]])
+    s = sample(logits, temperature=0)
+    assert s.tokens.tolist() == [1]
+    assert s.confidence.item() == pytest.approx(0.6)
+
+
+def test_sampling_respects_filters_and_seed():
+    logits = torch.tensor([[5.0, 4.0, -2.0, -3.0]]).repeat(200, 1)
+    gen = torch.Generator().manual_seed(0)
+    s = sample(logits, temperature=1.0, top_k=2, generator=gen)
+    assert set(s.tokens.tolist()) <= {0, 1}
+    again = sample(logits, temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(s.tokens, again.tokens)
+    assert torch.allclose(s.confidence, s.probs.gather(-1, s.tokens[:, None]).squeeze(-1))
+
+
+def test_entropy():
+    probs = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
+    assert entropy(probs).tolist() == pytest.approx([math.log(2), 0.0])
+
+
+def test_transfer_schedule():
+    assert transfer_schedule(4, 4) == [1, 1, 1, 1]
+    assert transfer_schedule(4, 3) == [2, 1, 1]
+    assert transfer_schedule(8, 3) == [3, 3, 2]
+    assert transfer_schedule(4, 1) == [4]
+    with pytest.raises(ValueError):
+        transfer_schedule(4, 0)
+
+
+MASK = torch.tensor([[True, False, True, True, True]])
+CONF = torch.tensor([[0.9, 0.99, 0.2, 0.95, 0.2]])
+
+
+def _sel(strategy, k, **kw):
+    return select_transfer(strategy, MASK, CONF, torch.tensor([k]), **kw)[0].nonzero().flatten().tolist()
+
+
+def test_strategies_hand_computed():
+    assert _sel("sequential", 2) == [0, 2]                          # next masks left to right (1 is prompt)
+    assert _sel("low_confidence_static", 2) == [0, 3]               # top-2 confidence among masks
+    assert _sel("low_confidence_static", 3) == [0, 2, 3]            # tie 0.2 vs 0.2 -> leftmost
+    assert _sel("low_confidence_dynamic", 1, confidence_threshold=0.85) == [0, 3]   # all above threshold
+    assert _sel("low_confidence_dynamic", 3, confidence_threshold=0.85) == [0, 2, 3]  # too few -> top-k
+    ent = torch.tensor([[0.1, 0.0, 0.3, 0.05, 2.0]])
+    # sorted masked entropies 0.05, 0.1, 0.3, 2.0: sum - max = 0, 0.05, 0.15, 0.45 -> budget 0.2 admits 3
+    assert select_transfer("entropy_bounded", MASK, CONF, torch.tensor([1]), entropy=ent,
+                           entropy_budget=0.2)[0].nonzero().flatten().tolist() == [0, 2, 3]
+    # never fewer than the schedule's k
+    assert select_transfer("entropy_bounded", MASK, CONF, torch.tensor([4]), entropy=ent,
+                           entropy_budget=0.0)[0].nonzero().flatten().tolist() == [0, 2, 3, 4]
+    with pytest.raises(ValueError, match="unknown remasking strategy"):
+        _sel("random", 1)
