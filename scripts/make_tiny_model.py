@@ -2,7 +2,7 @@
 
     python scripts/make_tiny_model.py --family sdar --out runs/tiny_sdar            # ~1 s
     python scripts/make_tiny_model.py --family ar --size small --out runs/small_ar
-    python scripts/make_tiny_model.py --family sdar --size qwen3-8b --vocab-size 151936 --out /tmp/sdar8b
+    python scripts/make_tiny_model.py --family sdar --size qwen3-0.6b --embedding-rows 65536 --out runs/sdar_0p5b
 """
 
 import argparse
@@ -22,12 +22,14 @@ def main() -> int:
     p.add_argument("--texts", nargs="+", default=["data/samples/sciworld_wm_train.jsonl"],
                    help="chat JSONL files to train the tokenizer on")
     p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")
+    p.add_argument("--embedding-rows", type=int, default=None,
+                   help="pad the embedding to this many rows (a real model's parameter count)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     rows = [r for path in args.texts for r in read_jsonl(path, validate=validate_row).rows]
     build_tiny_checkpoint(args.out, chat_texts(rows), family=args.family, size=args.size, block_size=args.block_size,
-                          vocab_size=args.vocab_size, seed=args.seed)
+                          vocab_size=args.vocab_size, seed=args.seed, embedding_rows=args.embedding_rows)
     return 0
 
 

@@ -14,5 +14,7 @@ MASTER_PORT="${MASTER_PORT:-29500}"
 TORCHRUN="${TORCHRUN:-torchrun}"
 
 export PYTHONUNBUFFERED=1
-exec "$TORCHRUN" --standalone --nnodes 1 --nproc_per_node "$NUM_GPUS" --master_port "$MASTER_PORT" \
+# TORCHRUN is split into words on purpose (e.g. TORCHRUN="python3 -m torch.distributed.run").
+# shellcheck disable=SC2086
+exec $TORCHRUN --standalone --nnodes 1 --nproc_per_node "$NUM_GPUS" --master_port "$MASTER_PORT" \
   "$ROOT/sdar/train.py" --config "$CONFIG" "$@"

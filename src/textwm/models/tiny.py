@@ -130,10 +130,16 @@ def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> P
 
 
 def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, family: str = "ar",
-                          size: str = "tiny", block_size: int = 4, vocab_size: int = 2048, seed: int = 0) -> Path:
-    """Train a tokenizer on ``texts``, build a random model of ``size``, save both to ``out_dir``."""
+                          size: str = "tiny", block_size: int = 4, vocab_size: int = 2048, seed: int = 0,
+                          embedding_rows: int | None = None) -> Path:
+    """Train a tokenizer on ``texts``, build a random model of ``size``, save both to ``out_dir``.
+
+    ``vocab_size`` bounds the BPE vocabulary; ``embedding_rows`` pads the embedding beyond it (to
+    reach a real model's parameter count, e.g. 151936 rows like Qwen3).
+    """
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family == "sdar")
-    model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed)
+    model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
+                             vocab_size=embedding_rows)
     path = save_checkpoint(model, tokenizer, out_dir)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("tiny %s model (%s, %.2fM parameters, vocab %d) -> %s", family, size, n_params / 1e6, len(tokenizer), path)

@@ -201,6 +201,10 @@ def train(config: SFTConfig) -> TrainResult:
     eval_rows = (load_rows(Path(config.eval_file), encoder, config, objective.block_size, what="eval")
                  if config.eval_file else None)
     args = training_arguments(config)
+    if args.n_gpu > 1:
+        raise CheckpointError(
+            f"{args.n_gpu} GPUs are visible to a single process; launch one process per GPU with torchrun "
+            f"(NUM_GPUS={args.n_gpu} sdar/train_sft.sh) or pick one GPU with CUDA_VISIBLE_DEVICES=0")
     trainer = WorldModelTrainer(model=model, args=args, train_dataset=train_rows, eval_dataset=eval_rows,
                                 data_collator=objective.collate, processing_class=tokenizer, objective=objective,
                                 sft_config=config)
