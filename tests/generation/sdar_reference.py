@@ -10,7 +10,7 @@ import math
 import torch
 
 from textwm.generation.remasking import select_transfer, transfer_schedule
-from textwm.generation.sampling import entropy, sample
+from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
 
 
 @torch.no_grad()
@@ -31,6 +31,10 @@ def reference_generate(model, prompt, *, mask_id, stop_ids, settings):
             blocks = torch.arange(n) // blk
             attn = (blocks[None, :] <= blocks[:, None])[None, None]   # block-causal, bidirectional inside a block
             logits = model(input_ids=seq, position_ids=torch.arange(n)[None], attention_mask=attn).logits[:, cur:]
+            context = [t for t in x[:cur] + block if t != mask_id]
+            seen = torch.zeros(1, logits.shape[-1], dtype=torch.bool)
+            seen[0, context] = True
+            logits = apply_repetition_penalty(logits, seen, settings.repetition_penalty)
             logits[..., mask_id] = float("-inf")
             s = sample(logits.reshape(-1, logits.shape[-1]), temperature=settings.temperature, top_k=settings.top_k,
                        top_p=settings.top_p)

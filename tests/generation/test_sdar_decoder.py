@@ -40,6 +40,29 @@ def test_batched_cached_decoding_equals_reference(sdar, prompts, strategy, block
         assert sdar.spec.mask_token_id not in g.token_ids
 
 
+@pytest.mark.parametrize("strategy", ["low_confidence_dynamic", "sequential"])
+def test_repetition_penalty_equals_reference(sdar, prompts, strategy):
+    settings = DecodeSettings(gen_length=13, temperature=0, block_length=4, denoising_steps=2,
+                              remasking_strategy=strategy, repetition_penalty=1.8, confidence_threshold=0.05)
+    got = SDARDecoder(sdar.model, sdar.spec).generate(prompts, settings)
+    plain = SDARDecoder(sdar.model, sdar.spec).generate(prompts, DecodeSettings(
+        gen_length=13, temperature=0, block_length=4, denoising_steps=2, remasking_strategy=strategy,
+        confidence_threshold=0.05))
+    assert [g.token_ids for g in got] != [g.token_ids for g in plain]  # the penalty changes the output
+    for p, g in zip(prompts, got):
+        assert g.token_ids == reference_generate(sdar.model, p, mask_id=sdar.spec.mask_token_id,
+                                                 stop_ids=sdar.spec.stop_ids, settings=settings)
+
+
+def test_per_row_generation_lengths(sdar, prompts):
+    settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2)
+    dec = SDARDecoder(sdar.model, sdar.spec)
+    mixed = dec.generate(prompts[:3], settings, gen_lengths=[4, 12, 7])
+    for p, g, n in zip(prompts[:3], mixed, [4, 12, 7]):
+        alone = dec.generate([p], DecodeSettings(gen_length=n, temperature=0, block_length=4, denoising_steps=2))[0]
+        assert g.token_ids == alone.token_ids
+
+
 def test_a_row_does_not_depend_on_its_batch(sdar, prompts):
     settings = DecodeSettings(gen_length=9, temperature=0, block_length=4, denoising_steps=2)
     dec = SDARDecoder(sdar.model, sdar.spec)

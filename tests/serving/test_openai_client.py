@@ -3,11 +3,11 @@
 import asyncio
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.conftest import chat, run_script, write_lines
+from tests.serving.scripted_http import ScriptedServer
 from textwm.serving.openai_client import (
     ChatClient,
     ChatRequestError,
@@ -20,63 +20,34 @@ from textwm.serving.openai_client import (
 FAST = RetryPolicy(max_retries=2, backoff_s=0.01)
 
 
-class ScriptedServer:
-    """An OpenAI-compatible endpoint that echoes the last user message, failing as scripted.
+def chat_server(failures, model="tiny-wm"):
+    """An OpenAI-compatible endpoint echoing the last user message; ``failures[key]`` = statuses to
+    return first for requests whose last message is ``key`` (-1 drops the connection)."""
+    todo = {k: list(v) for k, v in failures.items()}
+    lock = threading.Lock()
 
-    ``failures[key]`` = list of status codes to return before succeeding for requests whose last
-    user message is ``key`` (-1 closes the connection without answering).
-    """
+    def respond(method, path, body):
+        if method == "GET":
+            return 200, {"object": "list", "data": [{"id": model, "object": "model"}]}, 0
+        key = body["messages"][-1]["content"]
+        with lock:
+            status = todo[key].pop(0) if todo.get(key) else 200
+        if status == -1:
+            return 0, None, 0
+        if status != 200:
+            return status, {"error": f"scripted {status}"}, 0
+        return 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": f"echo: {key}"}}],
+                     "usage": {"completion_tokens": 2}}, 0
 
-    def __init__(self, failures=None, model="tiny-wm"):
-        self.failures = {k: list(v) for k, v in (failures or {}).items()}
-        self.requests = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                key = body["messages"][-1]["content"]
-                with outer.lock:
-                    outer.requests.append(body)
-                    todo = outer.failures.get(key)
-                    status = todo.pop(0) if todo else 200
-                if status == -1:
-                    self.connection.close()
-                    return
-                if status != 200:
-                    self._send(status, {"error": f"scripted {status}"})
-                    return
-                self._send(200, {"choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": f"echo: {key}"}}],
-                                 "usage": {"completion_tokens": 2}})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    server = ScriptedServer(respond)
+    server.posts = lambda: [b for m, _, b in server.requests if m == "POST"]
+    return server
 
 
 @pytest.fixture
 def server():
-    s = ScriptedServer({"flaky": [503, 502], "dead": [503] * 10, "bad": [400], "drop": [-1]})
+    s = chat_server({"flaky": [503, 502], "dead": [503] * 10, "bad": [400], "drop": [-1]})
     yield s
     s.close()
 
@@ -96,7 +67,7 @@ def test_retries_transient_errors_then_succeeds(server):
             return await client.complete([{"role": "user", "content": "flaky"}], max_tokens=5)
     result = _run(go())
     assert result.text == "echo: flaky" and result.finish_reason == "stop"
-    assert len(server.requests) == 3 and server.requests[0]["max_tokens"] == 5
+    assert len(server.posts()) == 3 and server.posts()[0]["max_tokens"] == 5
 
 
 def test_gives_up_after_bounded_retries_and_does_not_retry_4xx(server):

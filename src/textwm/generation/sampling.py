@@ -58,3 +58,16 @@ def sample(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: f
 def entropy(probs: torch.Tensor) -> torch.Tensor:
     """Shannon entropy (nats) of each row of ``probs [N, V]`` over the full distribution."""
     return -torch.special.xlogy(probs, probs).sum(dim=-1)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL-style penalty (Keskar et al., 2019; HF ``RepetitionPenaltyLogitsProcessor``).
+
+    Logits of tokens already in the context are divided by ``penalty`` when positive and
+    multiplied by it when negative. ``logits [R, B, V]``, ``seen [R, V]`` bool.
+    """
+    if penalty == 1.0:
+        return logits
+    seen = seen[:, None, :].expand_as(logits)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)

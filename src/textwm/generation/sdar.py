@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from textwm.generation.remasking import STRATEGIES, select_transfer, transfer_schedule
-from textwm.generation.sampling import entropy, sample
+from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
 from textwm.models.checkpoint import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class DecodeSettings:
     remasking_strategy: str = "low_confidence_dynamic"
     confidence_threshold: float = 0.85
     entropy_budget: float = 0.5
+    #: >1 discourages tokens already in the prompt or the output (1.0: off).
+    repetition_penalty: float = 1.0
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -57,6 +59,8 @@ class DecodeSettings:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.denoising_steps < 1:
             raise ValueError(f"denoising_steps must be >= 1, got {self.denoising_steps}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.remasking_strategy not in STRATEGIES:
             raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
                              f"choose one of {', '.join(STRATEGIES)}")
@@ -135,10 +139,18 @@ class SDARDecoder:
         return out.logits
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings) -> list[Generation]:
-        """Decode one continuation per prompt (token ids, chat template already applied)."""
+    def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
+                 gen_lengths: Sequence[int] | None = None) -> list[Generation]:
+        """Decode one continuation per prompt (token ids, chat template already applied).
+
+        Args:
+            gen_lengths: per-row ``gen_length`` (a server batches requests with different
+                ``max_tokens``); default ``settings.gen_length`` for every row.
+        """
         if not prompts:
             return []
+        if gen_lengths is not None and (len(gen_lengths) != len(prompts) or min(gen_lengths) < 1):
+            raise ValueError("gen_lengths must give a positive length for every prompt")
         self.spec.require_diffusion(settings.block_length)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: block diffusion needs at least one prompt token")
@@ -150,7 +162,8 @@ class SDARDecoder:
         full_blocks = lengths // blk
         start = int(full_blocks.max()) * blk                       # column of every row's first generation block
         pad = (start - full_blocks * blk).to(dev)                  # left padding per row (a multiple of blk)
-        end_pos = ((lengths + settings.gen_length + blk - 1) // blk * blk).to(dev)  # position where each row ends
+        budget = torch.tensor(gen_lengths) if gen_lengths is not None else torch.full((n,), settings.gen_length)
+        end_pos = ((lengths + budget + blk - 1) // blk * blk).to(dev)  # position where each row ends
         n_blocks = int(((end_pos.cpu() - full_blocks * blk) // blk).max())
         cache = BlockKVCache(capacity=start + n_blocks * blk)
         results = [Generation(token_ids=[], finish_reason="length") for _ in range(n)]
@@ -175,6 +188,12 @@ class SDARDecoder:
         for i, p in enumerate(prompts):
             tail = p[int(full_blocks[i]) * blk:]
             block[i, :len(tail)] = torch.tensor(tail, dtype=torch.long, device=dev)
+        penalize = settings.repetition_penalty != 1.0
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        seen = torch.zeros((n, vocab if penalize else 1), dtype=torch.bool, device=dev)  # context tokens per row
+        if penalize:
+            for i, p in enumerate(prompts):
+                seen[i, torch.tensor(p, device=dev)] = True
         rows = torch.arange(n, device=dev)                         # original index of each active row
         stop_ids = self.stop_ids.to(dev)
         col0 = start
@@ -188,6 +207,9 @@ class SDARDecoder:
                     break
                 logits = self._forward(block, positions, mask, cache)
                 forwards[rows.cpu()] += 1
+                if penalize:
+                    filled = torch.zeros_like(seen).scatter_(1, block, ~is_mask)  # tokens filled in this block
+                    logits = apply_repetition_penalty(logits, seen | filled, settings.repetition_penalty)
                 logits[..., self.mask_id] = float("-inf")          # the mask token is never produced
                 flat = sample(logits.reshape(-1, logits.shape[-1]), temperature=settings.temperature,
                               top_k=settings.top_k, top_p=settings.top_p, generator=gen)
@@ -214,14 +236,16 @@ class SDARDecoder:
                             res.finish_reason = "stop"
                         else:
                             res.token_ids.append(tok)
+            if penalize:
+                seen.scatter_(1, block, True)
             keep = ~(hit_stop | reached_end)
             if not keep.any():
                 break
             if not keep.all():
                 idx = keep.nonzero(as_tuple=True)[0]
                 cache.select_rows(idx)
-                rows, block, pad, end_pos, lengths, positions = (t[idx] for t in (rows, block, pad, end_pos, lengths,
-                                                                                   positions))
+                rows, block, pad, end_pos, lengths, positions, seen = (
+                    t[idx] for t in (rows, block, pad, end_pos, lengths, positions, seen))
                 key_ok = key_ok[idx]
                 mask = key_ok[:, None, None, :].expand(-1, 1, blk, -1)
             self._forward(block, positions, mask, cache)           # commit the finished block's K/V

@@ -28,10 +28,17 @@ TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 class ChatRequestError(RuntimeError):
     """A chat request failed for good (after retries, or a non-transient error)."""
 
-    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1):
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1, transport: str | None = None):
         super().__init__(message)
+        #: HTTP status of the last answer (None: no answer, see ``transport``).
         self.status = status
         self.attempts = attempts
+        #: Name of the transport error when there was no answer (``ConnectError``, ``ReadTimeout``, ...).
+        self.transport = transport
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.transport) and "Timeout" in self.transport
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,9 @@ class ChatClient:
             try:
                 resp = await self._http.post(self.url, json=body)
             except httpx.TransportError as exc:  # connect refused, reset, timeout
-                error, status = f"{type(exc).__name__}: {exc or 'no detail'}", None
+                error, status, transport = f"{type(exc).__name__}: {exc or 'no detail'}", None, type(exc).__name__
             else:
+                transport = None
                 if resp.status_code == 200:
                     return _parse_choice(resp, attempt)
                 error, status = f"HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code
@@ -113,7 +121,8 @@ class ChatClient:
                     raise ChatRequestError(error, status=status, attempts=attempt)
             if attempt < attempts:
                 await asyncio.sleep(self.retry.delay(attempt))
-        raise ChatRequestError(f"{error} (after {attempts} attempts)", status=status, attempts=attempts)
+        raise ChatRequestError(f"{error} (after {attempts} attempts)", status=status, attempts=attempts,
+                               transport=transport)
 
 
 def _parse_choice(resp: httpx.Response, attempt: int) -> ChatResult:

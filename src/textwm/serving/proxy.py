@@ -1,0 +1,170 @@
+"""The WM proxy: the paper's world-model payload in, an OpenAI chat completion upstream.
+
+``POST /`` accepts ``{"input": {system_prompt, state, action, max_tokens, num_diffusion_steps?,
+diffusion_steps?, temperature?, repetition_penalty?}}`` (or the object without ``input``) and
+sends upstream the chat request the paper's proxy builds: a system message (if any) and
+``State: <state>\\n\\nAction: <action>`` (strings as given, anything else ``json.dumps``),
+``chat_template_kwargs: {"enable_thinking": false}``. The model id comes from the upstream's
+``/v1/models`` and is resolved again when the upstream answers "unknown model" (it restarted
+with another checkpoint) or was unreachable. Diffusion fields are forwarded only to the native
+server (lmdeploy takes them per server, vLLM has none).
+
+Success: ``200 {"generated_text", "usage"}``. Failure: a non-2xx status with ``{"error": ...}``
+(502 upstream unreachable or failing, 504 upstream timeout, the upstream's 4xx passed through);
+never an empty text presented as success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from textwm.serving.openai_client import ChatClient, ChatRequestError, RetryPolicy, models_url
+from textwm.serving.protocol import WMInput
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_KINDS = ("auto", "native", "lmdeploy", "vllm")
+#: ``owned_by`` of /v1/models entries -> upstream kind (anything else: treated as vLLM-like).
+_OWNER_KINDS = {"textwm": "native", "lmdeploy": "lmdeploy", "vllm": "vllm"}
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    upstream: str = "http://127.0.0.1:30001"
+    upstream_kind: str = "auto"
+    timeout_s: float = 120.0
+    retry: RetryPolicy = RetryPolicy(max_retries=3, backoff_s=0.25, max_backoff_s=4.0)
+    max_connections: int = 256
+    #: Sent when a request has no repetition_penalty (the paper's proxy sent 1.3; None sends nothing).
+    repetition_penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.upstream_kind not in UPSTREAM_KINDS:
+            raise ValueError(f"upstream kind must be one of {', '.join(UPSTREAM_KINDS)}, got {self.upstream_kind!r}")
+
+
+class ProxyError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class Upstream:
+    """The upstream server: its model id and kind, resolved lazily and again after failures."""
+
+    def __init__(self, config: ProxyConfig):
+        self.config = config
+        self.model: str | None = None
+        self.kind: str | None = None if config.upstream_kind == "auto" else config.upstream_kind
+        self._lock = asyncio.Lock()
+        self._client = ChatClient(config.upstream, timeout_s=config.timeout_s, retry=config.retry,
+                                  max_connections=config.max_connections)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def describe(self, timeout_s: float = 5.0) -> dict:
+        """``GET /v1/models`` of the upstream -> its first model card (raises ProxyError 502)."""
+        try:
+            async with httpx.AsyncClient(timeout=timeout_s) as http:
+                resp = await http.get(models_url(self.config.upstream))
+            card = resp.json()["data"][0]
+            return {"id": str(card["id"]), "owned_by": card.get("owned_by")}
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProxyError(502, f"upstream {self.config.upstream} is unreachable or lists no model "
+                                  f"({type(exc).__name__}: {exc})") from None
+
+    async def resolve(self, *, force: bool = False) -> str:
+        async with self._lock:
+            if self.model is None or force:
+                card = await self.describe()
+                previous, self.model = self.model, card["id"]
+                if self.config.upstream_kind == "auto":
+                    self.kind = _OWNER_KINDS.get(str(card["owned_by"]), "vllm")
+                if previous != self.model:
+                    log.info("upstream model: %s (%s)", self.model, self.kind)
+            return self.model
+
+    def payload(self, wm: WMInput) -> dict:
+        body = {"messages": wm.messages(), "max_tokens": wm.max_tokens, "temperature": wm.temperature,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        penalty = wm.repetition_penalty if wm.repetition_penalty is not None else self.config.repetition_penalty
+        if penalty is not None:
+            body["repetition_penalty"] = penalty
+        if self.kind == "native" and wm.steps() is not None:
+            body["num_diffusion_steps"] = wm.steps()
+        return body
+
+    async def generate(self, wm: WMInput) -> dict:
+        model = await self.resolve()
+        for attempt in range(2):  # a second try only after re-resolving a changed model
+            try:
+                result = await self._client.complete(model=model, **self.payload(wm))
+            except ChatRequestError as exc:
+                if exc.status == 404 and attempt == 0:
+                    model = await self.resolve(force=True)
+                    continue
+                if exc.status is None:
+                    self.model = None  # the upstream may come back with another model
+                    raise ProxyError(504 if exc.timed_out else 502, f"upstream failed: {exc}") from None
+                raise ProxyError(exc.status if exc.status < 500 else 502, f"upstream error: {exc}") from None
+            if not result.text:
+                raise ProxyError(502, "upstream returned an empty completion")
+            return {"generated_text": result.text, "usage": result.usage}
+        raise ProxyError(502, "upstream kept rejecting the model id")  # pragma: no cover
+
+
+def create_proxy_app(config: ProxyConfig) -> FastAPI:
+    upstream = Upstream(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await upstream.aclose()
+
+    app = FastAPI(title="textwm WM proxy", lifespan=lifespan)
+    app.state.upstream = upstream
+
+    @app.post("/")
+    async def predict(request: Request):
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return JSONResponse(status_code=400, content={"error": f"malformed JSON body: {exc}"})
+        if not isinstance(body, dict):
+            return JSONResponse(status_code=400, content={"error": "the body must be a JSON object"})
+        raw = body.get("input", body)
+        try:
+            wm = WMInput.model_validate(raw)
+        except ValidationError as exc:
+            msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
+            return JSONResponse(status_code=422, content={"error": msg})
+        try:
+            return JSONResponse(await upstream.generate(wm))  # direct: skips FastAPI's jsonable_encoder pass
+        except ProxyError as exc:
+            log.warning("request failed (%d): %s", exc.status, exc)
+            return JSONResponse(status_code=exc.status, content={"error": str(exc)})
+
+    @app.get("/health")
+    async def health():
+        try:
+            card = await upstream.describe(timeout_s=3.0)
+        except ProxyError as exc:
+            return JSONResponse(status_code=503, content={"status": "upstream_unreachable", "error": str(exc),
+                                                          "upstream": config.upstream})
+        return {"status": "ok", "upstream": config.upstream, "model": card["id"],
+                "kind": upstream.kind or _OWNER_KINDS.get(str(card["owned_by"]), "vllm")}
+
+    return app

@@ -1,0 +1,178 @@
+"""The world-model client the simulators use: the paper's payload to the WM proxy, an observation back.
+
+Sync (:class:`WMClient`) and async (:class:`AsyncWMClient`) with the same retry policy as the
+OpenAI client (connection errors, timeouts, 5xx). The reply is unwrapped into the observation
+text (think blocks and tool_response tags removed, JSON-wrapped replies opened); anything else
+raises a :class:`WMError` subclass that the caller must handle — never an empty observation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from textwm.metrics.normalize import strip_tags
+from textwm.serving.openai_client import RetryPolicy
+
+#: Keys under which some AR world models wrap the observation (``{"observation": "..."}``).
+WRAPPER_KEYS = ("observation", "next_observation", "obs", "output", "response", "result", "text", "content")
+
+
+class WMError(RuntimeError):
+    """The world model could not produce an observation."""
+
+
+class WMUnavailable(WMError):
+    """The proxy (or its upstream) is unreachable, timed out or kept failing."""
+
+
+class WMBadResponse(WMError):
+    """The proxy answered, but with an error status, garbage, or an empty observation."""
+
+
+def unwrap_observation(text: str) -> str:
+    """Observation text of a WM reply: tags stripped, a JSON string or a one-key wrapper opened."""
+    text = strip_tags(text)
+    for _ in range(3):  # nested wrappers: {"output": "{\"observation\": ...}"}
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, ValueError):
+            return text
+        if isinstance(value, str):
+            text = value.strip()
+            continue
+        if isinstance(value, dict):
+            hits = [k for k in WRAPPER_KEYS if isinstance(value.get(k), str)]
+            if len(hits) == 1 and len(value) <= 2:
+                text = value[hits[0]].strip()
+                continue
+        return text
+    return text
+
+
+@dataclass(frozen=True)
+class WMResult:
+    observation: str
+    raw: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+def _payload(system_prompt: Any, state: Any, action: Any, max_tokens: int, temperature: float,
+             num_diffusion_steps: int | None) -> dict:
+    inp = {"system_prompt": system_prompt, "state": state, "action": action, "max_tokens": max_tokens,
+           "temperature": temperature}
+    if num_diffusion_steps is not None:
+        inp["num_diffusion_steps"] = num_diffusion_steps
+    return {"input": inp}
+
+
+def _result(resp: httpx.Response) -> WMResult:
+    try:
+        data = resp.json()
+    except ValueError:
+        raise WMBadResponse(f"proxy answered {resp.status_code} with non-JSON: {resp.text[:200]}") from None
+    if resp.status_code != 200:
+        raise WMBadResponse(f"proxy answered {resp.status_code}: {data.get('error', data) if isinstance(data, dict) else data}")
+    raw = data.get("generated_text") if isinstance(data, dict) else None
+    if not isinstance(raw, str):
+        raise WMBadResponse(f"proxy reply has no generated_text: {str(data)[:200]}")
+    observation = unwrap_observation(raw)
+    if not observation:
+        raise WMBadResponse(f"empty observation (raw reply: {raw[:200]!r})")
+    return WMResult(observation=observation, raw=raw, usage=data.get("usage") or {})
+
+
+#: Statuses after which the client tries again: the proxy is busy. (502/504 mean the proxy already
+#: retried its upstream, so they end the request at once.)
+_RETRY_STATUS = frozenset({429, 503})
+
+
+def _outcome(resp: httpx.Response) -> WMResult | None:
+    """The result of an answer, None to retry, or raise for a final failure."""
+    if resp.status_code in _RETRY_STATUS:
+        return None
+    if resp.status_code in (502, 504):
+        raise WMUnavailable(f"proxy answered {resp.status_code}: {resp.text[:300]}")
+    return _result(resp)
+
+
+class WMClient:
+    """Synchronous WM client (one connection pool per client)."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
+                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None):
+        self.endpoint = endpoint
+        self.retry = retry
+        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> WMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
+        """Next observation for (system prompt, state, action). Raises WMUnavailable / WMBadResponse."""
+        body = _payload(system_prompt, state, action, **{**self.defaults, **overrides})
+        last = ""
+        for attempt in range(1, self.retry.max_retries + 2):
+            try:
+                resp = self._http.post(self.endpoint, json=body)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                result = _outcome(resp)
+                if result is not None:
+                    return result
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            if attempt <= self.retry.max_retries:
+                time.sleep(self.retry.delay(attempt))
+        raise WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.max_retries + 1} attempts: {last}")
+
+
+class AsyncWMClient:
+    """Asynchronous WM client with the same behaviour as :class:`WMClient`."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
+                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
+                 max_connections: int = 64):
+        self.endpoint = endpoint
+        self.retry = retry
+        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+                                       limits=httpx.Limits(max_connections=max_connections))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncWMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
+        body = _payload(system_prompt, state, action, **{**self.defaults, **overrides})
+        last = ""
+        for attempt in range(1, self.retry.max_retries + 2):
+            try:
+                resp = await self._http.post(self.endpoint, json=body)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                result = _outcome(resp)
+                if result is not None:
+                    return result
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            if attempt <= self.retry.max_retries:
+                await asyncio.sleep(self.retry.delay(attempt))
+        raise WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.max_retries + 1} attempts: {last}")

@@ -1,0 +1,146 @@
+"""The native server app in-process (real engine thread, real tiny model, ASGI transport)."""
+
+import asyncio
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from textwm.generation.sdar import DecodeSettings
+from textwm.models.checkpoint import load_model
+from textwm.serving.app import create_app
+from textwm.serving.engine import Engine, EngineConfig
+
+MSG = [{"role": "system", "content": "You are a world model."},
+       {"role": "user", "content": "State: You are in the kitchen.\n\nAction: open door"}]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_sdar_dir):
+    return load_model(tiny_sdar_dir, device="cpu", dtype="float32")
+
+
+def _engine(loaded, **kw):
+    config = EngineConfig(served_model_name="tiny-wm", defaults=DecodeSettings(gen_length=16, temperature=0),
+                          max_model_len=512, **kw)
+    return Engine(loaded, config)
+
+
+@pytest.fixture(scope="module")
+def client(loaded):
+    engine = _engine(loaded)
+    with TestClient(create_app(engine)) as c:
+        c.engine = engine
+        yield c
+
+
+def test_chat_completion(client):
+    r = client.post("/v1/chat/completions", json={"model": "tiny-wm", "messages": MSG, "max_tokens": 8,
+                                                   "temperature": 0, "n": 2})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == "tiny-wm"
+    assert len(body["choices"]) == 2 and body["choices"][0]["message"]["content"] == body["choices"][1]["message"]["content"]
+    assert body["usage"]["completion_tokens"] > 0 and body["usage"]["decoder_forwards"] > 0
+    card = client.get("/v1/models").json()["data"][0]
+    assert (card["id"], card["owned_by"], card["family"]) == ("tiny-wm", "textwm", "sdar")
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def test_per_request_diffusion_settings_change_the_forward_count(client):
+    def forwards(steps):
+        r = client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 12, "temperature": 0,
+                                                       "num_diffusion_steps": steps})
+        assert r.status_code == 200, r.text
+        return r.json()["usage"]["decoder_forwards"]
+    assert forwards(1) < forwards(2) < forwards(4)
+
+
+def test_stop_strings_cut_the_text(client):
+    full = client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 16, "temperature": 0}).json()
+    text = full["choices"][0]["message"]["content"]
+    stop = text[len(text) // 2:][:2]
+    if not stop.strip():
+        pytest.skip("the tiny model's output has no usable stop substring")
+    cut = client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 16, "temperature": 0,
+                                                     "stop": [stop]}).json()
+    assert cut["choices"][0]["message"]["content"] == text[: text.find(stop)]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    (b"{not json", 400, "malformed JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (b'{"max_tokens": 5}', 422, "messages: Field required"),
+    (b'{"messages": [{"role": "wizard", "content": "x"}]}', 422, "role must be one of"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400, "exceeds the server's max_model_len"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}', 404, "'gpt-4' is not served here"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', 422, "stream=true is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "block_length": 3}', 400, "does not divide"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "remasking_strategy": "magic"}', 400, "unknown remasking"),
+])
+def test_bad_requests_are_4xx_with_a_message(client, body, status, needle):
+    r = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    assert needle in r.json()["error"]["message"]
+
+
+def test_metrics_count_requests_and_errors(client):
+    client.post("/v1/chat/completions", content=b"{", headers={"content-type": "application/json"})
+    text = client.get("/metrics").text
+    assert 'textwm_requests_total{model="tiny-wm"}' in text
+    assert 'textwm_request_errors_total{model="tiny-wm",status="400"}' in text
+    assert "textwm_tokens_per_second" in text and "textwm_queue_depth" in text
+
+
+def test_a_decoder_failure_fails_the_request_not_the_server(loaded):
+    engine = _engine(loaded)
+    real = engine.decoder.generate
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("CUDA error: device-side assert (simulated)")
+        return real(*args, **kwargs)
+
+    engine.decoder.generate = flaky
+    with TestClient(create_app(engine)) as c:
+        r = c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4})
+        assert r.status_code == 500 and "device-side assert" in r.json()["error"]["message"]
+        assert c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4}).status_code == 200
+
+
+def test_queue_full_returns_503(loaded):
+    engine = _engine(loaded, max_queue=1, max_batch_size=1)
+
+    async def burst():
+        engine.start()
+        try:
+            transport = httpx.ASGITransport(app=create_app(engine))
+            async with httpx.AsyncClient(transport=transport, base_url="http://wm") as c:
+                return await asyncio.gather(*(c.post("/v1/chat/completions", json={
+                    "messages": MSG, "max_tokens": 400, "temperature": 0}) for _ in range(8)))
+        finally:
+            engine.stop()
+
+    codes = [r.status_code for r in asyncio.run(burst())]
+    assert codes.count(503) >= 4 and codes.count(200) >= 1, codes
+
+
+def test_batching_serves_concurrent_requests_together(loaded):
+    engine = _engine(loaded, max_batch_size=8, batch_wait_ms=50)
+
+    async def burst():
+        engine.start()
+        try:
+            transport = httpx.ASGITransport(app=create_app(engine))
+            async with httpx.AsyncClient(transport=transport, base_url="http://wm") as c:
+                return await asyncio.gather(*(c.post("/v1/chat/completions", json={
+                    "messages": MSG, "max_tokens": 4 + i, "temperature": 0}) for i in range(8)))
+        finally:
+            engine.stop()
+
+    responses = asyncio.run(burst())
+    assert all(r.status_code == 200 for r in responses)
+    assert engine.metrics.batches < 8  # requests with different max_tokens still share batches
