@@ -1,0 +1,10 @@
+"""Build the ScienceWorld world-model dataset from the real env (plus RL task rows and SFT demos).
+
+    python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data --tasks boil melt --train-variations 2
+    python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data              # all 30 tasks (~10 min)
+"""
+
+from textwm.envs.sciworld.cli import build_main
+
+if __name__ == "__main__":
+    raise SystemExit(build_main())

@@ -1,0 +1,1 @@
+"""ScienceWorld: real-env adapter and server, WM prompt, local responder, rewards, dataset builders."""

@@ -1,0 +1,98 @@
+"""The agent side of ScienceWorld: the agent's prompt, action parsing, RL task rows and SFT demos.
+
+RL task rows follow the paper's ``sciworld_rl_split`` format (``messages``, ``task_id``,
+``instruction``, ``wm_system_prompt``, ``max_turns``) plus ``sim_task``: the baked start state the
+simulator needs (room map, start observation, inventory), so a row is self-sufficient. The paper's
+released rows (no ``sim_task``) load too; the simulator then asks the world model for everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from typing import Any
+
+from textwm.data.schema import parse_messages
+from textwm.envs.sciworld.tracker import EpisodeTracker, Task
+from textwm.envs.sciworld.wm_prompt import wm_system_prompt
+
+AGENT_SYSTEM_PROMPT = """\
+You are an agent in ScienceWorld, a text environment of science experiments in 10 rooms.
+Each turn, output exactly one action as plain text: no explanation, no markdown, no quotes.
+
+Useful actions: look around, inventory, teleport to ROOM, go to ROOM, pick up OBJ, put down OBJ,
+move OBJ to OBJ, open OBJ, close OBJ, activate OBJ, deactivate OBJ, pour OBJ in OBJ, mix OBJ,
+use OBJ on OBJ, look at OBJ, read OBJ, wait, wait1, focus on OBJ.
+Rooms: hallway, kitchen, outside, foundry, greenhouse, workshop, bedroom, living room, art studio, bathroom.
+
+"focus on OBJ" tells the environment which object your task is about. Focusing on the wrong object
+ends the task with a score of -100, so focus only when you are sure. When the environment lists
+numbered choices ("Ambiguous request"), answer with the number."""
+
+DEFAULT_MAX_TURNS = 50
+_ACTION_PREFIX_RE = re.compile(r"^(?:action|command|>)\s*:?\s*", re.IGNORECASE)
+
+
+def first_user_message(task: Task) -> str:
+    return f"Task: {task.task_description}\n\n{task.initial_observation}"
+
+
+def rl_row(task: Task, *, max_turns: int = DEFAULT_MAX_TURNS) -> dict[str, Any]:
+    """One RL task row (the paper's columns + ``sim_task``)."""
+    tracker = EpisodeTracker(task)
+    return {
+        "messages": [{"role": "system", "content": AGENT_SYSTEM_PROMPT},
+                     {"role": "user", "content": first_user_message(task)}],
+        "task_id": task.task_id,
+        "instruction": task.task_description,
+        "wm_system_prompt": wm_system_prompt(tracker, "look around"),
+        "max_turns": max_turns,
+        "sim_task": asdict(task),
+    }
+
+
+def sft_row(task: Task, steps: list[tuple[str, str]], final_score: float) -> dict[str, Any]:
+    """An SFT demo: the agent prompt, then alternating actions and real observations."""
+    messages = [{"role": "system", "content": AGENT_SYSTEM_PROMPT},
+                {"role": "user", "content": first_user_message(task)}]
+    for action, observation in steps:
+        messages.append({"role": "assistant", "content": action})
+        messages.append({"role": "user", "content": observation})
+    if messages[-1]["role"] == "user" and len(messages) > 2:
+        messages.pop()  # a demo ends with the agent's last action
+    return {"messages": messages, "task_id": task.task_id, "instruction": task.task_description, "score": final_score}
+
+
+def task_from_row(row: dict[str, Any]) -> Task | None:
+    """The baked start state of an RL row, or None for rows without it (e.g. the paper's release)."""
+    sim = row.get("sim_task")
+    if sim is None:
+        return None
+    if isinstance(sim, str):
+        sim = json.loads(sim)
+    return Task(**sim)
+
+
+def row_messages(row: dict[str, Any]) -> list[dict[str, str]]:
+    """Messages of an RL row, whichever encoding (list or JSON string) it uses."""
+    return parse_messages(row["messages"])
+
+
+def parse_action(text: str) -> str | None:
+    """The action in an agent's reply, or None when there is none to execute.
+
+    Think blocks and markup are removed; the first non-empty line is kept, a leading "Action:" or
+    ">" dropped. Replies that are empty, very long (> 200 chars) or only a number other than a
+    choice index (the env's numbered choices) are unparseable.
+    """
+    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    text = re.sub(r"<[^>]+>", "", text)
+    lines = [line.strip().strip("\"'`") for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    action = _ACTION_PREFIX_RE.sub("", lines[0]).strip()
+    if not action or len(action) > 200:
+        return None
+    return action

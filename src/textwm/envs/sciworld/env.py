@@ -1,0 +1,147 @@
+"""ScienceWorld behind the env protocol.
+
+Task ids are the paper's ``<task>_v<variation>`` (``boil_v11``), optionally with ``_gen<k>`` suffixes
+for parallel copies of the same task. The default simplification is ``easy`` (teleport, open doors,
+self-watering pots, no electrical actions), as in the paper's data. Steps take the fast path
+(``server.step`` plus score, ~4 ms) unless valid actions are asked for (~40-130 ms, the env
+enumerates them). The step limit is raised so gold runs finish (the package default, 100, cuts
+long ones).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from textwm._optional import require
+from textwm.envs.protocol import EnvError, ResetResult, StepResult
+
+log = logging.getLogger(__name__)
+
+#: Moves before the env ends an episode (gold runs of the longest tasks need ~150).
+DEFAULT_STEP_LIMIT = 10_000
+DEFAULT_SIMPLIFICATION = "easy"
+TASK_ID_RE = re.compile(r"^(?P<task>[a-z0-9-]+)_v(?P<variation>\d+)(?:_gen\d+)*$")
+#: JVM options for many concurrent envs (~400 MB each instead of 0.6-1.3 GB).
+JAVA_OPTIONS = "-Xmx384m -XX:+UseSerialGC"
+ROOMS = ("hallway", "kitchen", "outside", "foundry", "greenhouse", "workshop", "bedroom", "living room",
+         "art studio", "bathroom")
+SPLITS = ("train", "dev", "test")
+
+
+def _scienceworld():
+    module = require("scienceworld", extra="envs")
+    logging.getLogger("scienceworld").setLevel(logging.WARNING)  # one INFO line per task load otherwise
+    return module
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    task: str
+    variation: int
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.task}_v{self.variation}"
+
+
+def parse_task_id(task_id: str) -> TaskRef:
+    """``boil_v11`` or ``boil_v11_gen3`` -> (``boil``, 11); names and ranges are checked by :func:`check_task`."""
+    m = TASK_ID_RE.match(task_id)
+    if not m:
+        raise EnvError(f"task id {task_id!r} is not '<task>_v<variation>' (e.g. boil_v11)")
+    return TaskRef(m["task"], int(m["variation"]))
+
+
+@lru_cache(maxsize=1)
+def task_catalog() -> dict[str, dict[str, list[int]]]:
+    """``{task: {"train": [...], "dev": [...], "test": [...]}}`` from ScienceWorld's own split lists."""
+    env = new_env()
+    try:
+        catalog = {}
+        for task in env.get_task_names():
+            env.load(task, 0, "")
+            catalog[task] = {"train": list(env.get_variations_train()), "dev": list(env.get_variations_dev()),
+                             "test": list(env.get_variations_test())}
+        return catalog
+    finally:
+        env.close()
+
+
+def check_task(ref: TaskRef) -> None:
+    catalog = task_catalog()
+    if ref.task not in catalog:
+        raise EnvError(f"unknown ScienceWorld task {ref.task!r}; known: {', '.join(sorted(catalog))}")
+    variations = {v for vs in catalog[ref.task].values() for v in vs}
+    if ref.variation not in variations:
+        raise EnvError(f"{ref.task} has variations 0..{max(variations)}; got {ref.variation}")
+
+
+def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
+    """A ScienceWorld env in its own JVM (with the memory-lean JVM options unless set by the user)."""
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", JAVA_OPTIONS)
+    return _scienceworld().ScienceWorldEnv("", envStepLimit=step_limit)
+
+
+class SciWorldEnv:
+    """One ScienceWorld env (one JVM), playing one task at a time."""
+
+    def __init__(self, *, step_limit: int = DEFAULT_STEP_LIMIT, simplification: str = DEFAULT_SIMPLIFICATION):
+        self.step_limit = step_limit
+        self.simplification = simplification
+        self._env = new_env(step_limit)
+        self.ref: TaskRef | None = None
+        self._last_score = 0
+        self._done = False
+
+    def reset(self, task_id: str, *, simplification: str | None = None, gold_path: bool = False) -> ResetResult:
+        ref = parse_task_id(task_id)
+        check_task(ref)
+        simp = self.simplification if simplification is None else simplification
+        self._env.load(ref.task, ref.variation, simp, generateGoldPath=gold_path)
+        observation, info = self._env.reset()
+        self.ref, self._last_score, self._done = ref, 0, False
+        return ResetResult(observation=observation, task_description=self._env.get_task_description(),
+                           info={"task_id": ref.task_id, "simplification": simp, "inventory": info.get("inv", "")})
+
+    def step(self, action: str, *, with_valid_actions: bool = False) -> StepResult:
+        if self.ref is None:
+            raise EnvError("reset() the env before stepping it")
+        if not isinstance(action, str):
+            raise EnvError(f"action must be a string, got {type(action).__name__}")
+        if self._done:
+            raise EnvError(f"episode of {self.ref.task_id} is over; reset() to play again")
+        server = self._env.server
+        observation = server.step(action)
+        score = round(100 * server.getScore())
+        moves = self._env.get_num_moves()
+        done = bool(server.getCompleted()) or moves > self.step_limit or score < 0
+        reward = score - self._last_score
+        self._last_score, self._done = score, done
+        info: dict[str, Any] = {"moves": moves}
+        if with_valid_actions:
+            info["valid_actions"] = self.valid_actions()
+        return StepResult(observation=observation, reward=reward, score=score, done=done, info=info)
+
+    def valid_actions(self) -> list[str]:
+        return sorted(self._env.get_valid_action_object_combinations())
+
+    def gold_actions(self) -> list[str]:
+        """Gold action sequence of the loaded task (reset with ``gold_path=True``)."""
+        return list(self._env.get_gold_action_sequence())
+
+    def look(self) -> str:
+        return self._env.look()
+
+    def inventory(self) -> str:
+        return self._env.inventory()
+
+    def close(self) -> None:
+        try:
+            self._env.close()
+        except Exception as exc:  # noqa: BLE001 -- a dead JVM cannot be closed twice; say so and go on
+            log.warning("closing a ScienceWorld env failed: %s", exc)

@@ -1,0 +1,94 @@
+"""The local responder: ScienceWorld observations that follow from tracked state, no model needed.
+
+:func:`respond` returns the exact text the real env would return, or None when the answer depends
+on state the tracker cannot know (then the world model answers). Every rule is conservative and
+measured against the real env (``scripts/measure_sciworld_responder.py``): an answer that
+disagrees with the env is a bug, not an approximation.
+"""
+
+from __future__ import annotations
+
+from textwm.envs.sciworld.tracker import EpisodeTracker
+from textwm.envs.sciworld.world import (
+    DYNAMIC_ROOMS,
+    NO_MATCH,
+    UNKNOWN_VERBS,
+    doors,
+    normalize_action,
+    target_room,
+)
+
+WAIT_TEXT = {"wait": "You decide to wait for 10 iterations.", "wait1": "You decide to wait for 1 iterations."}
+NOT_CLEAR = "It's not clear how to get there from here."
+
+
+def respond(tracker: EpisodeTracker, action: str) -> str | None:
+    """The env's observation for ``action`` if tracked state determines it, else None."""
+    a = normalize_action(action)
+    if not a or tracker.awaiting_choice():
+        return None  # after "Ambiguous request: ..." the env reads the next input as a choice number
+    verb = a.split(" ", 1)[0]
+    if verb in UNKNOWN_VERBS:
+        return NO_MATCH
+    if a in WAIT_TEXT:
+        return WAIT_TEXT[a]
+    if a == "task":
+        return f"Task description:\n{tracker.task.task_description}"
+    if verb == "teleport" and _simplifications(tracker) & {"easy", "teleportAction"}:
+        room = target_room(a, "teleport")
+        return f"You teleport to the {room}." if room else None
+    if verb == "go":
+        return _go(tracker, a)
+    if a in ("look around", "look"):
+        return _look(tracker)
+    if a == "inventory":
+        return None if tracker.inventory_changed else tracker.inventory_text
+    return None
+
+
+def _simplifications(tracker: EpisodeTracker) -> set[str]:
+    return {s.strip() for s in tracker.task.simplification.split(",") if s.strip()}
+
+
+def _go(tracker: EpisodeTracker, a: str) -> str | None:
+    room = target_room(a, "go")
+    if room is None or tracker.doors_changed:
+        return None
+    if room == tracker.room:
+        return NOT_CLEAR
+    neighbours = tracker.task.connections.get(tracker.room)
+    if neighbours is None:
+        return None
+    if room in neighbours:
+        door_state = _door_state(tracker, room)
+        return f"You move to the {room}." if door_state == "open" else None
+    return NO_MATCH
+
+
+def _door_state(tracker: EpisodeTracker, room: str) -> str | None:
+    return doors(tracker.task.room_map.get(tracker.room, "")).get(room)
+
+
+def _look(tracker: EpisodeTracker) -> str | None:
+    room = tracker.room
+    if _unchanged_since_last_look(tracker):
+        return tracker.last_look[room]  # no time has passed since the agent looked here
+    if room in tracker.changed_rooms or tracker.doors_changed:
+        return None
+    if tracker.ticks == 0 and room == tracker.task.start_room:
+        return tracker.task.initial_observation
+    if room in DYNAMIC_ROOMS:
+        return None
+    return tracker.task.room_map.get(room)
+
+
+def _unchanged_since_last_look(tracker: EpisodeTracker) -> bool:
+    """The latest step that cost time came before the agent's latest look (here)."""
+    for action, observation in reversed(tracker.history):
+        a = normalize_action(action)
+        if a in ("look around", "look") and observation.startswith(("This room", "This outside")):
+            return True
+        if observation == NO_MATCH or a in ("inventory", "task"):
+            continue  # rejected actions and these reads take no time
+        return False
+    return False

@@ -1,0 +1,136 @@
+"""ScienceWorld score, reward and termination from the trajectory alone (no real env in the loop).
+
+Goals come from the task's gold run in the real env (baked once with the task): every gold step
+that raised the score is a milestone ``(observation, score)``, and the objects the gold run focused
+on are the accepted focus targets. During a simulated episode the score is the highest milestone
+whose observation has appeared; focusing on anything else is ScienceWorld's wrong focus (score
+-100, episode over). Termination rules end hopeless episodes early: the same action three times
+in a row, an A-B-A-B oscillation, a streak of rejected actions or of unparseable replies.
+
+All functions are pure: lists of strings in, numbers and flags out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from textwm.envs.sciworld.world import NO_MATCH
+
+WRONG_FOCUS_SCORE = -100.0
+SUCCESS_SCORE = 100.0
+#: Consecutive rejected actions ("No known action matches that input.") that end an episode.
+INVALID_STREAK_LIMIT = 6
+#: Consecutive unparseable agent replies that end an episode.
+UNPARSEABLE_STREAK_LIMIT = 3
+_FOCUS_RE = re.compile(r"^You focus on the (.+)\.$")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+@dataclass(frozen=True)
+class Goals:
+    """What scores in a task, from its gold run."""
+
+    #: (normalised observation, score after it), in gold order.
+    milestones: tuple[tuple[str, float], ...] = ()
+    #: Objects the gold run focused on (``"You focus on the X."`` -> ``x``).
+    focus_targets: frozenset[str] = field(default_factory=frozenset)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"milestones": [list(m) for m in self.milestones], "focus_targets": sorted(self.focus_targets)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Goals:
+        return cls(milestones=tuple((str(o), float(s)) for o, s in d.get("milestones", ())),
+                   focus_targets=frozenset(d.get("focus_targets", ())))
+
+
+def goals_from_gold(steps: list[tuple[str, str, float]]) -> Goals:
+    """Goals of a task from its gold run: ``steps`` = (action, observation, score after) in order."""
+    milestones, focus, previous = [], set(), 0.0
+    for _action, observation, score in steps:
+        m = _FOCUS_RE.match(observation.strip())
+        if m:
+            focus.add(_norm(m.group(1)))
+        if score > previous:
+            milestones.append((_norm(observation), float(score)))
+            previous = score
+    return Goals(milestones=tuple(milestones), focus_targets=frozenset(focus))
+
+
+def focused_object(observation: str) -> str | None:
+    m = _FOCUS_RE.match(observation.strip())
+    return _norm(m.group(1)) if m else None
+
+
+def score_of(observations: list[str], goals: Goals) -> float:
+    """Task score implied by the observations so far (-100 after a wrong focus)."""
+    score = 0.0
+    reached = {o for o, _ in goals.milestones}
+    for obs in observations:
+        target = focused_object(obs)
+        if target is not None and goals.focus_targets and target not in goals.focus_targets:
+            return WRONG_FOCUS_SCORE
+        n = _norm(obs)
+        if n in reached:
+            score = max(score, max(s for o, s in goals.milestones if o == n))
+    return score
+
+
+def loop_detected(actions: list[str]) -> str | None:
+    """``"repeat"`` (same action 3x in a row), ``"oscillation"`` (A B A B), else None."""
+    a = [_norm(x) for x in actions]
+    if len(a) >= 3 and a[-1] == a[-2] == a[-3]:
+        return "repeat"
+    if len(a) >= 4 and a[-1] == a[-3] and a[-2] == a[-4] and a[-1] != a[-2]:
+        return "oscillation"
+    return None
+
+
+def trailing_streak(flags: list[bool]) -> int:
+    n = 0
+    for f in reversed(flags):
+        if not f:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Outcome:
+    done: bool
+    #: "success", "wrong_focus", "repeat", "oscillation", "invalid_streak", "unparseable_streak", or None.
+    reason: str | None
+    score: float
+
+
+def episode_outcome(actions: list[str | None], observations: list[str], goals: Goals) -> Outcome:
+    """Is the episode over, why, and with which score. ``actions[i]`` is None for an unparseable reply."""
+    score = score_of(observations, goals)
+    if score <= WRONG_FOCUS_SCORE:
+        return Outcome(True, "wrong_focus", score)
+    if score >= SUCCESS_SCORE:
+        return Outcome(True, "success", score)
+    if trailing_streak([a is None for a in actions]) >= UNPARSEABLE_STREAK_LIMIT:
+        return Outcome(True, "unparseable_streak", score)
+    loop = loop_detected([a for a in actions if a is not None])
+    if loop:
+        return Outcome(True, loop, score)
+    if trailing_streak([o == NO_MATCH for o in observations]) >= INVALID_STREAK_LIMIT:
+        return Outcome(True, "invalid_streak", score)
+    return Outcome(False, None, score)
+
+
+def reward(outcome: Outcome) -> float:
+    """GRPO reward in [-1, 1]: the score / 100; an episode ended by a loop or a streak keeps its score
+    minus 0.1 (it wasted its turns); a wrong focus is -1."""
+    if outcome.reason == "wrong_focus":
+        return -1.0
+    value = outcome.score / SUCCESS_SCORE
+    if outcome.reason in ("repeat", "oscillation", "invalid_streak", "unparseable_streak"):
+        value -= 0.1
+    return max(-1.0, min(1.0, value))

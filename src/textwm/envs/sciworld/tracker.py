@@ -1,0 +1,128 @@
+"""Per-episode ScienceWorld state tracked from the trajectory alone (actions and observations).
+
+The same tracker feeds the WM prompt (room contents, inventory, connections, recent history) when
+the dataset is built from the real env and when the simulator queries the world model, so the
+model is trained and queried on identical features. It is plain data (``to_dict``/``from_dict``)
+so it can travel with an ms-swift request instead of living in a module-level dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from textwm.envs.sciworld.world import LOOK_ACTIONS, NO_MATCH, ROOMS, adjacency, normalize_action, room_of
+
+#: Accepted actions that move the agent or time but change no object.
+NON_MUTATING_VERBS = frozenset({"teleport", "go", "walk", "wait", "wait1", "task", "look", "inventory", "examine",
+                                "read", "focus"})
+#: How many past steps the WM sees as "State:" history.
+HISTORY_STEPS = 3
+
+
+@dataclass
+class Task:
+    """What the simulator knows about a task before it starts (all from the real env, at reset)."""
+
+    task_id: str
+    task_description: str
+    #: Observation returned by reset (the start room's look-around at time 0).
+    initial_observation: str
+    initial_inventory: str
+    #: Look-around text of every room at the start (visited by teleporting), for the WM prompt
+    #: and for look-around answers in rooms that do not change by themselves.
+    room_map: dict[str, str]
+    simplification: str = "easy"
+    #: Scoring goals from the gold run (:class:`textwm.envs.sciworld.reward.Goals` as a dict).
+    goals: dict = field(default_factory=dict)
+
+    @property
+    def connections(self) -> dict[str, list[str]]:
+        return adjacency(self.room_map)
+
+    @property
+    def start_room(self) -> str:
+        return room_of(self.initial_observation) or "unknown"
+
+
+@dataclass
+class EpisodeTracker:
+    task: Task
+    room: str = ""
+    #: (action, observation) pairs, oldest first.
+    history: list[tuple[str, str]] = field(default_factory=list)
+    #: Latest look-around observation seen per room (real or simulated).
+    last_look: dict[str, str] = field(default_factory=dict)
+    inventory_text: str = ""
+    ticks: int = 0
+    #: Rooms in which an action changed something.
+    changed_rooms: set[str] = field(default_factory=set)
+    inventory_changed: bool = False
+    doors_changed: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.room:
+            self.room = self.task.start_room
+            self.last_look[self.room] = self.task.initial_observation
+            self.inventory_text = self.task.initial_inventory
+
+    # --- updates -----------------------------------------------------------------------------------
+
+    def observe(self, action: str, observation: str) -> None:
+        """Record one step (whoever produced the observation: the env, the responder or the WM)."""
+        a = normalize_action(action)
+        verb = a.split(" ", 1)[0] if a else ""
+        self.history.append((action, observation))
+        if observation == NO_MATCH or not a:
+            return
+        if a in LOOK_ACTIONS or verb in ("look", "inventory", "task", "examine", "read"):
+            if observation.startswith(("This room is called", "This outside location is called")):
+                self.last_look[room_of(observation) or self.room] = observation
+            elif a == "inventory":
+                self.inventory_text = observation
+            return
+        self.ticks += 10 if a == "wait" else 1
+        for prefix in ("You teleport to the ", "You move to the "):
+            if observation.startswith(prefix) and observation.endswith("."):
+                room = observation[len(prefix):-1]
+                if room in ROOMS:
+                    self.room = room
+        if verb not in NON_MUTATING_VERBS:
+            self.changed_rooms.add(self.room)
+            self.inventory_changed = True
+            if "door" in a:
+                self.doors_changed = True
+
+    # --- views -------------------------------------------------------------------------------------
+
+    def awaiting_choice(self) -> bool:
+        """The env asked which of several objects was meant; the next input is a choice number."""
+        return bool(self.history) and self.history[-1][1].startswith("Ambiguous request")
+
+    def room_contents(self) -> str:
+        """Best knowledge of the current room: the latest look seen here, else the start map."""
+        return self.last_look.get(self.room) or self.task.room_map.get(self.room, "")
+
+    def history_text(self, steps: int = HISTORY_STEPS) -> str:
+        """The "State:" of the WM query: the task, then the last ``steps`` actions with their observations."""
+        lines = [f"Task: {self.task.task_description}"]
+        recent = self.history[-steps:]
+        if len(self.history) <= steps:
+            lines.append(self.task.initial_observation)
+        for action, observation in recent:
+            lines.append(f"> {action}")
+            lines.append(observation)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["changed_rooms"] = sorted(self.changed_rooms)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeTracker:
+        d = dict(d)
+        d["task"] = Task(**d["task"])
+        d["changed_rooms"] = set(d.get("changed_rooms", ()))
+        d["history"] = [tuple(x) for x in d.get("history", ())]
+        return cls(**d)

@@ -1,0 +1,58 @@
+"""The local responder against the real env: every answer it gives must equal the env's."""
+
+import pytest
+
+from textwm.envs.sciworld.responder import respond
+from textwm.envs.sciworld.tasks import bake_task
+from textwm.envs.sciworld.tracker import EpisodeTracker
+from textwm.envs.sciworld.world import NO_MATCH, adjacency, doors, normalize_action, room_of, target_room
+
+PROBES = [
+    # (action, must the responder answer?)
+    ("look around", True), ("look around", True), ("inventory", True), ("task", True), ("jump around", True),
+    ("smell the air", True), ("wait1", True), ("go to hallway", True), ("go to foundry", True),
+    ("go to kitchen", True), ("look around", False), ("teleport to the art studio", True), ("look around", True),
+    ("Teleport  to BEDROOM", True), ("look around", True), ("look around", True), ("go to hallway", True),
+    ("wait", True), ("pick up orange", False), ("inventory", False), ("teleport to kitchen", True),
+    ("look around", False), ("open fridge", False), ("go to outside", True), ("teleport to workshop", True),
+    ("look around", True), ("pick up battery", False), ("look around", False),
+]
+
+
+def test_responder_agrees_with_the_env_on_every_rule(real_env):
+    task = bake_task(real_env, "boil_v0")
+    tracker = EpisodeTracker(task)
+    for action, must_answer in PROBES:
+        answer = respond(tracker, action)
+        result = real_env.step(action)
+        if must_answer:
+            assert answer is not None, action
+        if answer is not None:
+            assert answer == result.observation, (action, answer, result.observation)
+        tracker.observe(action, result.observation)
+
+
+def test_no_answer_while_the_env_waits_for_a_choice(real_env):
+    task = bake_task(real_env, "boil_v0")
+    tracker = EpisodeTracker(task)
+    tracker.observe("move thing to box", "Ambiguous request: Please enter the number ...\n0:\t...")
+    assert respond(tracker, "wait1") is None
+    assert respond(tracker, "0") is None
+
+
+def test_task_state_helpers():
+    look = ("This room is called the kitchen. In it, you see: \n\tthe agent\nYou also see:\n\t"
+            "A door to the bathroom (that is open)\n\tA door to the hallway (that is closed)")
+    assert room_of(look) == "kitchen"
+    assert doors(look) == {"bathroom": "open", "hallway": "closed"}
+    assert adjacency({"kitchen": look}) == {"kitchen": ["bathroom", "hallway"]}
+    assert normalize_action("  Teleport   to THE Kitchen ") == "teleport to the kitchen"
+    assert target_room("teleport to the living room", "teleport") == "living room"
+    assert target_room("go to stove", "go") is None
+
+
+@pytest.mark.parametrize("action", ["", "   "])
+def test_empty_actions_are_not_answered(real_env, action):
+    task = bake_task(real_env, "boil_v0")
+    assert respond(EpisodeTracker(task), action) is None
+    assert NO_MATCH.endswith(".")

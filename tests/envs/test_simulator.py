@@ -1,0 +1,63 @@
+"""The Simulator with a real loopback WM proxy (scripted) and the ScienceWorld episode."""
+
+import pytest
+
+from tests.serving.scripted_http import ScriptedServer
+from textwm.envs.sciworld.sim import SciWorldEpisode
+from textwm.envs.sciworld.tracker import Task
+from textwm.envs.simulator import LOCAL, WM, Simulator, guard_enabled
+from textwm.serving.openai_client import RetryPolicy
+from textwm.serving.wm_client import WMClient
+
+LOOK = ("This room is called the hallway. In it, you see: \n\tthe agent\n\ta picture\nYou also see:\n\t"
+        "A door to the kitchen (that is open)")
+KITCHEN = ("This room is called the kitchen. In it, you see: \n\tthe agent\n\ta stove\nYou also see:\n\t"
+           "A door to the hallway (that is open)")
+TASK = Task(task_id="boil_v0", task_description="Your task is to boil water.", initial_observation=LOOK,
+            initial_inventory="In your inventory, you see:\n\tan orange", room_map={"hallway": LOOK, "kitchen": KITCHEN},
+            goals={"milestones": [["you focus on the water.", 70.0]], "focus_targets": ["water"]})
+
+
+@pytest.fixture
+def wm_proxy():
+    def respond(method, path, body):
+        action = body["input"]["action"]
+        assert "## ENVIRONMENT STATE" in body["input"]["system_prompt"]
+        assert body["input"]["state"].startswith("Task: Your task is to boil water.")
+        return 200, {"generated_text": f"<think>x</think>The {action.split()[-1]} is now open."}, 0
+    server = ScriptedServer(respond)
+    yield server
+    server.close()
+
+
+def test_local_answers_first_then_the_world_model(wm_proxy):
+    sim = Simulator(WMClient(wm_proxy.url, retry=RetryPolicy(max_retries=0)))
+    ep = SciWorldEpisode.start(TASK)
+    assert sim.step(ep, "look around").source == LOCAL
+    assert sim.step(ep, "teleport to kitchen").observation == "You teleport to the kitchen."
+    step = sim.step(ep, "open fridge")
+    assert (step.observation, step.source) == ("The fridge is now open.", WM)
+    assert ep.sources == [LOCAL, LOCAL, WM] and sim.stats.as_dict() == {"local": 2, "wm": 1, "wm_errors": 0}
+    assert len(wm_proxy.requests) == 1
+    ep2 = SciWorldEpisode.from_dict(ep.to_dict())
+    assert ep2.tracker.room == "kitchen" and ep2.sources == ep.sources
+
+
+def test_guard_off_sends_everything_to_the_world_model(wm_proxy, monkeypatch):
+    monkeypatch.setenv("SCIWORLD_WM_GUARD", "0")
+    sim = Simulator(WMClient(wm_proxy.url), use_local=guard_enabled("SCIWORLD_WM_GUARD"))
+    assert sim.step(SciWorldEpisode.start(TASK), "look around").source == WM
+    monkeypatch.setenv("SCIWORLD_WM_GUARD", "maybe")
+    with pytest.raises(ValueError, match="SCIWORLD_WM_GUARD"):
+        guard_enabled("SCIWORLD_WM_GUARD")
+
+
+def test_a_world_model_failure_is_an_error_not_an_observation():
+    sim = Simulator(WMClient("http://127.0.0.1:9", retry=RetryPolicy(max_retries=1, backoff_s=0.01)))
+    ep = SciWorldEpisode.start(TASK)
+    step = sim.step(ep, "open fridge")
+    assert step.observation is None and "WMUnavailable" in step.error
+    assert sim.stats.wm_errors == 1 and ep.actions == []  # nothing was made up or recorded
+    assert sim.step(ep, "wait1").source == LOCAL            # the responder still works
+    with pytest.raises(ValueError, match="needs the local responder"):
+        Simulator(None, use_local=False)
