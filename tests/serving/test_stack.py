@@ -38,10 +38,11 @@ def stack(tmp_path_factory, tiny_sdar_dir):
     proxy = ManagedProcess("proxy", run_dir)
     proxy.start([*proxy_command(proxy_port, f"http://127.0.0.1:{server_port}"), "--max-retries", "1", "--timeout", "10"])
     proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
-    yield {"run_dir": run_dir, "server": server, "proxy": proxy, "server_port": server_port,
-           "proxy_url": f"http://127.0.0.1:{proxy_port}", "model": tiny_sdar_dir}
-    proxy.stop()
-    server.stop()
+    state = {"run_dir": run_dir, "server": server, "proxy": proxy, "server_port": server_port,
+             "proxy_url": f"http://127.0.0.1:{proxy_port}", "model": tiny_sdar_dir}
+    yield state
+    state["proxy"].stop()
+    state["server"].stop()  # a test may have replaced it (restart with another model)
 
 
 def test_completion_through_the_proxy(stack):

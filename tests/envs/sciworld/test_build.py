@@ -66,3 +66,10 @@ def test_parse_action():
     assert parse_action("   ") is None
     assert parse_action("x" * 300) is None
     assert parse_action("0") == "0"  # a choice number is an action
+
+
+@pytest.mark.slow
+def test_bundled_catalog_matches_the_installed_scienceworld():
+    from textwm.envs.sciworld.env import live_task_catalog
+
+    assert task_catalog() == live_task_catalog()

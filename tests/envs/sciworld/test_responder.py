@@ -11,7 +11,7 @@ PROBES = [
     # (action, must the responder answer?)
     ("look around", True), ("look around", True), ("inventory", True), ("task", True), ("jump around", True),
     ("smell the air", True), ("wait1", True), ("go to hallway", True), ("go to foundry", True),
-    ("go to kitchen", True), ("look around", False), ("teleport to the art studio", True), ("look around", True),
+    ("go to kitchen", True), ("look around", False), ("teleport to the living room", True), ("look around", True),
     ("Teleport  to BEDROOM", True), ("look around", True), ("look around", True), ("go to hallway", True),
     ("wait", True), ("pick up orange", False), ("inventory", False), ("teleport to kitchen", True),
     ("look around", False), ("open fridge", False), ("go to outside", True), ("teleport to workshop", True),

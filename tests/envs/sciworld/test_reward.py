@@ -11,25 +11,45 @@ from textwm.envs.sciworld.reward import (
 from textwm.envs.sciworld.world import NO_MATCH
 
 GOLD = [("open door to kitchen", "The door is now open.", 0), ("focus on water", "You focus on the water.", 70),
-        ("activate stove", "The stove is now activated.", 73), ("wait", "You decide to wait for 10 iterations.", 73),
+        ("activate stove", "The stove is now activated.", 73), ("wait", "You decide to wait for 10 iterations.", 80),
         ("look at water", "The water boils.", 100)]
+MELT = [("focus on ice", "You focus on the ice.", 70), ("activate stove", "The stove is now activated.", 75),
+        ("wait", "You decide to wait for 10 iterations.", 90), ("wait1", "You decide to wait for 1 iterations.", 100)]
 
 
 def test_goals_from_the_gold_run():
     g = goals_from_gold(GOLD)
     assert g.focus_targets == {"water"}
+    # the wait step raised the score but says nothing about progress: not a milestone
     assert g.milestones == (("you focus on the water.", 70.0), ("the stove is now activated.", 73.0),
                             ("the water boils.", 100.0))
+    assert g.final_wait_ticks is None
     assert Goals.from_dict(g.to_dict()) == g
+    melt = goals_from_gold(MELT)
+    assert melt.milestones == (("you focus on the ice.", 70.0), ("the stove is now activated.", 75.0))
+    assert melt.final_wait_ticks == 11
 
 
-def test_score_from_observations():
+def test_score_from_the_trajectory():
     g = goals_from_gold(GOLD)
-    assert score_of([], g) == 0
-    assert score_of(["You focus on the water.", "Nothing happens."], g) == 70
-    assert score_of(["you   focus on the WATER.", "The water boils."], g) == 100
-    assert score_of(["You focus on the orange."], g) == -100            # wrong focus
-    assert score_of(["You focus on the orange."], Goals()) == 0         # no goals known: no penalty invented
+    assert score_of([], [], g) == 0
+    assert score_of(["focus on water", "x"], ["You focus on the water.", "Nothing happens."], g) == 70
+    assert score_of(["focus on water", "look"], ["you   focus on the WATER.", "The water boils."], g) == 70  # skipped one
+    assert score_of(["a", "b", "c"], ["You focus on the water.", "The stove is now activated.", "The water boils."],
+                    g) == 100
+    assert score_of(["activate stove"], ["The stove is now activated."], g) == 0   # out of order: no credit
+    assert score_of(["focus on orange"], ["You focus on the orange."], g) == -100   # wrong focus
+    assert score_of(["focus on orange"], ["You focus on the orange."], Goals()) == 0  # no goals: no penalty invented
+
+
+def test_waiting_alone_earns_nothing_but_completes_after_the_milestones():
+    melt = goals_from_gold(MELT)
+    wait = "You decide to wait for 10 iterations."
+    assert score_of(["wait"] * 5, [wait] * 5, melt) == 0
+    done = ["focus on ice", "activate stove", "wait", "wait1"]
+    obs = ["You focus on the ice.", "The stove is now activated.", wait, "You decide to wait for 1 iterations."]
+    assert score_of(done[:3], obs[:3], melt) == 75
+    assert score_of(done, obs, melt) == 100
 
 
 def test_loops_and_streaks():
@@ -41,7 +61,8 @@ def test_loops_and_streaks():
 
 def test_episode_outcome_and_reward():
     g = goals_from_gold(GOLD)
-    assert episode_outcome(["focus on water", "look at water"], ["You focus on the water.", "The water boils."], g) \
+    assert episode_outcome(["focus on water", "activate stove", "look at water"],
+                           ["You focus on the water.", "The stove is now activated.", "The water boils."], g) \
         == Outcome(True, "success", 100.0)
     wrong = episode_outcome(["focus on orange"], ["You focus on the orange."], g)
     assert wrong.reason == "wrong_focus" and reward(wrong) == -1.0

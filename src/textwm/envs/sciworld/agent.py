@@ -2,8 +2,10 @@
 
 RL task rows follow the paper's ``sciworld_rl_split`` format (``messages``, ``task_id``,
 ``instruction``, ``wm_system_prompt``, ``max_turns``) plus ``sim_task``: the baked start state the
-simulator needs (room map, start observation, inventory), so a row is self-sufficient. The paper's
-released rows (no ``sim_task``) load too; the simulator then asks the world model for everything.
+simulator needs (room map, start observation, inventory, scoring goals), so a row is
+self-sufficient. The paper's released rows (no ``sim_task``) load for their messages and
+instruction, but cannot drive a simulated episode (no start state, no goals): the RL adapter
+refuses them with the command that rebuilds them from the real env.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def rl_row(task: Task, *, max_turns: int = DEFAULT_MAX_TURNS) -> dict[str, Any]:
         "instruction": task.task_description,
         "wm_system_prompt": wm_system_prompt(tracker, "look around"),
         "max_turns": max_turns,
-        "sim_task": asdict(task),
+        # A JSON string, like the paper's ``messages``: columnar loaders (datasets/Arrow) would
+        # otherwise merge the room maps of different tasks into one struct type.
+        "sim_task": json.dumps(asdict(task)),
     }
 
 

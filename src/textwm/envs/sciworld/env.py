@@ -10,11 +10,13 @@ long ones).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from textwm._optional import require
@@ -57,9 +59,29 @@ def parse_task_id(task_id: str) -> TaskRef:
     return TaskRef(m["task"], int(m["variation"]))
 
 
+CATALOG_FILE = Path(__file__).with_name("catalog.json")
+
+
 @lru_cache(maxsize=1)
 def task_catalog() -> dict[str, dict[str, list[int]]]:
-    """``{task: {"train": [...], "dev": [...], "test": [...]}}`` from ScienceWorld's own split lists."""
+    """``{task: {"train": [...], "dev": [...], "test": [...]}}`` from ScienceWorld's own split lists.
+
+    Read from the bundled ``catalog.json`` when it was written for the installed ScienceWorld
+    version (asking the env costs a JVM and ~5 s), else from a live env.
+    """
+    from importlib.metadata import version
+
+    installed = version("scienceworld")
+    if CATALOG_FILE.exists():
+        bundled = json.loads(CATALOG_FILE.read_text())
+        if bundled.get("scienceworld_version") == installed:
+            return bundled["tasks"]
+        log.warning("catalog.json is for ScienceWorld %s, %s is installed: asking the env",
+                    bundled.get("scienceworld_version"), installed)
+    return live_task_catalog()
+
+
+def live_task_catalog() -> dict[str, dict[str, list[int]]]:
     env = new_env()
     try:
         catalog = {}

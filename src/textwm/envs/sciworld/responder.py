@@ -77,7 +77,7 @@ def _look(tracker: EpisodeTracker) -> str | None:
         return None
     if tracker.ticks == 0 and room == tracker.task.start_room:
         return tracker.task.initial_observation
-    if room in DYNAMIC_ROOMS:
+    if room in DYNAMIC_ROOMS or room not in tracker.task.stable_rooms:
         return None
     return tracker.task.room_map.get(room)
 

@@ -1,11 +1,15 @@
 """ScienceWorld score, reward and termination from the trajectory alone (no real env in the loop).
 
-Goals come from the task's gold run in the real env (baked once with the task): every gold step
-that raised the score is a milestone ``(observation, score)``, and the objects the gold run focused
-on are the accepted focus targets. During a simulated episode the score is the highest milestone
-whose observation has appeared; focusing on anything else is ScienceWorld's wrong focus (score
--100, episode over). Termination rules end hopeless episodes early: the same action three times
-in a row, an A-B-A-B oscillation, a streak of rejected actions or of unparseable replies.
+Goals come from the task's gold run in the real env (baked once with the task). Every gold step
+that raised the score with an *informative* observation is a milestone ``(observation, score)``:
+steps whose text is the same whatever the state (waiting, moving between rooms, rejected actions)
+are not milestones, since repeating them would then earn reward (waiting, for instance,
+raises the score only because something melts meanwhile). Milestones count in gold order. When the
+gold run finished by waiting after its last milestone, the same number of ticks of waiting after
+that milestone completes the task. The objects the gold run focused on are the accepted focus
+targets; focusing on anything else is ScienceWorld's wrong focus (-100, episode over).
+Termination rules end hopeless episodes early: the same action three times in a row, an A-B-A-B
+oscillation, a streak of rejected actions or of unparseable replies.
 
 All functions are pure: lists of strings in, numbers and flags out.
 """
@@ -16,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from textwm.envs.sciworld.world import NO_MATCH
+from textwm.envs.sciworld.world import NO_MATCH, normalize_action
 
 WRONG_FOCUS_SCORE = -100.0
 SUCCESS_SCORE = 100.0
@@ -25,6 +29,10 @@ INVALID_STREAK_LIMIT = 6
 #: Consecutive unparseable agent replies that end an episode.
 UNPARSEABLE_STREAK_LIMIT = 3
 _FOCUS_RE = re.compile(r"^You focus on the (.+)\.$")
+#: First words of actions whose observation text is fixed whatever the world's state (so it cannot
+#: witness progress): waiting, moving between rooms, reading the task.
+UNINFORMATIVE_VERBS = frozenset({"wait", "wait1", "teleport", "go", "walk", "task"})
+WAIT_TICKS = {"wait": 10, "wait1": 1}
 
 
 def _norm(text: str) -> str:
@@ -39,27 +47,40 @@ class Goals:
     milestones: tuple[tuple[str, float], ...] = ()
     #: Objects the gold run focused on (``"You focus on the X."`` -> ``x``).
     focus_targets: frozenset[str] = field(default_factory=frozenset)
+    #: Ticks the gold run waited after its last milestone to reach 100 (None: it did not need to).
+    final_wait_ticks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"milestones": [list(m) for m in self.milestones], "focus_targets": sorted(self.focus_targets)}
+        return {"milestones": [list(m) for m in self.milestones], "focus_targets": sorted(self.focus_targets),
+                "final_wait_ticks": self.final_wait_ticks}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Goals:
         return cls(milestones=tuple((str(o), float(s)) for o, s in d.get("milestones", ())),
-                   focus_targets=frozenset(d.get("focus_targets", ())))
+                   focus_targets=frozenset(d.get("focus_targets", ())), final_wait_ticks=d.get("final_wait_ticks"))
+
+
+def informative(action: str, observation: str) -> bool:
+    """Does this step's observation say something about task progress?"""
+    verb = normalize_action(action).split(" ", 1)[0] if action else ""
+    return observation != NO_MATCH and verb not in UNINFORMATIVE_VERBS
 
 
 def goals_from_gold(steps: list[tuple[str, str, float]]) -> Goals:
     """Goals of a task from its gold run: ``steps`` = (action, observation, score after) in order."""
-    milestones, focus, previous = [], set(), 0.0
-    for _action, observation, score in steps:
+    milestones, focus, previous, waited = [], set(), 0.0, None
+    for action, observation, score in steps:
         m = _FOCUS_RE.match(observation.strip())
         if m:
             focus.add(_norm(m.group(1)))
-        if score > previous:
+        if score > previous and informative(action, observation):
             milestones.append((_norm(observation), float(score)))
-            previous = score
-    return Goals(milestones=tuple(milestones), focus_targets=frozenset(focus))
+            waited = 0 if score < SUCCESS_SCORE else None
+        elif waited is not None:
+            waited += WAIT_TICKS.get(normalize_action(action), 0)
+        previous = max(previous, score)
+    final_wait = waited if previous >= SUCCESS_SCORE and waited else None
+    return Goals(milestones=tuple(milestones), focus_targets=frozenset(focus), final_wait_ticks=final_wait)
 
 
 def focused_object(observation: str) -> str | None:
@@ -67,17 +88,25 @@ def focused_object(observation: str) -> str | None:
     return _norm(m.group(1)) if m else None
 
 
-def score_of(observations: list[str], goals: Goals) -> float:
-    """Task score implied by the observations so far (-100 after a wrong focus)."""
-    score = 0.0
-    reached = {o for o, _ in goals.milestones}
-    for obs in observations:
+def score_of(actions: list[str | None], observations: list[str], goals: Goals) -> float:
+    """Task score implied by the trajectory so far (-100 after a wrong focus).
+
+    ``actions`` and ``observations`` are parallel (an unparseable reply has no observation and is
+    skipped by the caller).
+    """
+    score, reached, waited = 0.0, 0, 0
+    for action, obs in zip(actions, observations):
         target = focused_object(obs)
         if target is not None and goals.focus_targets and target not in goals.focus_targets:
             return WRONG_FOCUS_SCORE
-        n = _norm(obs)
-        if n in reached:
-            score = max(score, max(s for o, s in goals.milestones if o == n))
+        if reached < len(goals.milestones) and _norm(obs) == goals.milestones[reached][0]:
+            score = goals.milestones[reached][1]
+            reached += 1
+            waited = 0
+        elif reached == len(goals.milestones) and reached and goals.final_wait_ticks and obs != NO_MATCH:
+            waited += WAIT_TICKS.get(normalize_action(action or ""), 0)
+            if waited >= goals.final_wait_ticks:
+                score = SUCCESS_SCORE
     return score
 
 
@@ -110,7 +139,7 @@ class Outcome:
 
 def episode_outcome(actions: list[str | None], observations: list[str], goals: Goals) -> Outcome:
     """Is the episode over, why, and with which score. ``actions[i]`` is None for an unparseable reply."""
-    score = score_of(observations, goals)
+    score = score_of([a for a in actions if a is not None], observations, goals)
     if score <= WRONG_FOCUS_SCORE:
         return Outcome(True, "wrong_focus", score)
     if score >= SUCCESS_SCORE:

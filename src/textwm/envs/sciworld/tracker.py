@@ -35,6 +35,8 @@ class Task:
     simplification: str = "easy"
     #: Scoring goals from the gold run (:class:`textwm.envs.sciworld.reward.Goals` as a dict).
     goals: dict = field(default_factory=dict)
+    #: Rooms whose start text is the same on every load (the others list objects in random order).
+    stable_rooms: list[str] = field(default_factory=list)
 
     @property
     def connections(self) -> dict[str, list[str]]:

@@ -1,0 +1,440 @@
+"""ms-swift adapters: one multi-turn scheduler and one ORM reward over any simulated env.
+
+An env supplies an :class:`EnvAdapter`; :func:`register` builds the two classes and puts them in
+ms-swift's registries (``swift.rollout.multi_turns`` and ``swift.rewards.orms``), so an env's
+``<env>_plugin.py`` is a few lines. ms-swift is imported only when a class is built.
+
+One agent turn, as ms-swift 4.6 drives it (colocate: ``swift.rollout.agent_loop.run_multi_turn``;
+server mode: ``MultiTurnScheduler.run``; both call the same hooks in this order):
+
+1. ``on_turn_end(request, choice, turn)``: the reply is parsed; an action is answered by the
+   :class:`~textwm.envs.simulator.Simulator` (local responder, else the world model over HTTP); the
+   env's outcome (goals, loops, streaks) and the turn limits decide ``done``. Returns
+   ``{"done": ..., "rollout_infos": ...}``; ``done`` overrides ``check_finished``.
+2. ``check_finished``: the episode's own ``done``. A reply cut at ``max_completion_length``
+   (``finish_reason == "length"``, which ends the rollout in ms-swift's default) does not end the
+   episode: its first line is still an action.
+3. ``step`` (only if not done): the observation, or the format hint, becomes the next user message.
+
+Per-episode state is plain JSON kept in ``request.data_dict[STATE_KEY]``, with the request (whose
+``data_dict`` holds the dataset row's extra columns); the scheduler keeps no per-request dicts,
+only bounded counters. ``rollout_infos`` (ms-swift merges them into the sample and passes them to
+every reward as ``kwargs["rollout_infos"]``) carry the trajectory summary (:meth:`EpisodeDriver.infos`);
+the reward turns its ``outcome`` into a number and appends one line per finished episode to the
+trajectory log.
+
+Failures are visible, never papered over:
+
+- an unparseable reply is counted, the agent is told what a valid action looks like, and the env's
+  streak rule ends the episode;
+- a world-model failure (after the WM client's retries) ends the episode: ``rollout_infos["wm_error"]``
+  is true, the failure is logged and counted, and no observation is made up. Its reward is the
+  reward of the trajectory so far, i.e. of the env's outcome over the steps that were answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from textwm._optional import require
+from textwm.envs.simulator import Simulator, guard_enabled
+from textwm.serving.openai_client import RetryPolicy
+from textwm.serving.wm_client import WMClient
+
+log = logging.getLogger(__name__)
+
+#: Key of the episode state in ``RolloutInferRequest.data_dict``.
+STATE_KEY = "textwm_episode"
+#: Env var naming the trajectory log file (default: ``<output_dir>/trajectories.jsonl``).
+TRAJECTORY_LOG_ENV = "TEXTWM_TRAJECTORY_LOG"
+TRAJECTORY_LOG_NAME = "trajectories.jsonl"
+#: Where the log goes when neither the env var nor the trainer's output_dir is known.
+FALLBACK_TRAJECTORY_LOG = Path("runs") / TRAJECTORY_LOG_NAME
+#: Source of a user turn that is a format hint after an unparseable reply (not an env observation).
+FEEDBACK = "feedback"
+#: End reasons beside the env's own (success, wrong focus, loops, streaks).
+WM_ERROR, MAX_TURNS = "wm_error", "max_turns"
+
+
+class EnvAdapter(Protocol):
+    """What an env supplies to the generic scheduler and reward. Episodes are the env's own objects."""
+
+    #: Short env name, used in logs and trajectory records.
+    name: str
+    #: The paper's switch, e.g. ``SCIWORLD_WM_GUARD``: ``0`` sends every step to the world model.
+    guard_env: str
+
+    def start(self, row: Mapping[str, Any]) -> Any:
+        """A fresh episode from a dataset row (the request's ``data_dict``); ValueError naming the row if impossible."""
+        ...
+
+    def parse_action(self, reply: str) -> str | None:
+        """The action in an agent reply, None if there is none."""
+        ...
+
+    def invalid_reply_hint(self) -> str:
+        """What the agent is told after an unparseable reply (what a valid action looks like)."""
+        ...
+
+    def mark_unparseable(self, episode: Any) -> None:
+        """Record an unparseable reply in the episode (its streak rule may end it)."""
+        ...
+
+    def outcome(self, episode: Any) -> dict[str, Any]:
+        """``{"done": bool, "reason": str | None, "score": float}`` from the trajectory alone."""
+        ...
+
+    def reward(self, outcome: Mapping[str, Any]) -> float:
+        """GRPO reward of an outcome (as returned by :meth:`outcome`)."""
+        ...
+
+    def to_dict(self, episode: Any) -> dict[str, Any]: ...
+
+    def from_dict(self, data: Mapping[str, Any]) -> Any: ...
+
+
+# --- configuration -----------------------------------------------------------------------------------
+
+def _env_number(environ: Mapping[str, str], name: str, default: float, kind: type) -> Any:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"${name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+@dataclass(frozen=True)
+class WMSettings:
+    """How the scheduler reaches the world model (the WM proxy). Read from env vars by :meth:`from_env`."""
+
+    #: The WM proxy URL (``WM_ENDPOINT``), e.g. ``http://127.0.0.1:30000/``.
+    endpoint: str
+    #: Retries after the first attempt on connection errors, timeouts and busy answers (``WM_MAX_RETRIES``).
+    max_retries: int = 3
+    #: Per-request timeout in seconds (``WM_TIMEOUT_S``).
+    timeout_s: float = 120.0
+    #: Longest observation the WM may generate, in tokens (``WM_MAX_TOKENS``).
+    max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"WM_ENDPOINT={self.endpoint!r}: give the WM proxy's URL, e.g. http://127.0.0.1:30000/")
+        if self.max_retries < 0:
+            raise ValueError(f"WM_MAX_RETRIES={self.max_retries}: use 0 or more")
+        if self.timeout_s <= 0 or self.max_tokens <= 0:
+            raise ValueError(f"WM_TIMEOUT_S={self.timeout_s} and WM_MAX_TOKENS={self.max_tokens} must be positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WMSettings:
+        environ = os.environ if environ is None else environ
+        endpoint = environ.get("WM_ENDPOINT", "").strip()
+        if not endpoint:
+            raise ValueError("WM_ENDPOINT is not set: point it at the WM proxy (start one with "
+                             "`python scripts/wm_stack.py start --model-path <WM checkpoint>`), "
+                             "e.g. WM_ENDPOINT=http://127.0.0.1:30000/")
+        return cls(endpoint, max_retries=_env_number(environ, "WM_MAX_RETRIES", 3, int),
+                   timeout_s=_env_number(environ, "WM_TIMEOUT_S", 120.0, float),
+                   max_tokens=_env_number(environ, "WM_MAX_TOKENS", 256, int))
+
+    def client(self) -> WMClient:
+        return WMClient(self.endpoint, timeout_s=self.timeout_s, retry=RetryPolicy(max_retries=self.max_retries),
+                        max_tokens=self.max_tokens)
+
+
+# --- the pure core: one episode, turn by turn ----------------------------------------------------------
+
+@dataclass
+class RolloutCounters:
+    """Totals over this process's rollouts (bounded: a fixed set of numbers, not per request)."""
+
+    episodes: int = 0
+    turns: int = 0
+    unparseable: int = 0
+    wm_errors: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"episodes": self.episodes, "turns": self.turns, "unparseable": self.unparseable,
+                "wm_errors": self.wm_errors}
+
+
+@dataclass
+class TurnResult:
+    done: bool
+    #: The next user message (observation or format hint); None once the episode is over.
+    next_message: str | None
+    #: The trajectory summary so far (:meth:`EpisodeDriver.infos`).
+    infos: dict[str, Any]
+
+
+def _positive_int(value: Any) -> int | None:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+class EpisodeDriver:
+    """Plays episodes turn by turn over plain-JSON state; knows nothing about ms-swift.
+
+    Args:
+        adapter: the env.
+        simulator: answers actions (local responder and/or world model).
+        max_turns: the trainer's turn limit (``--max_turns``); a row's own ``max_turns`` column,
+            if smaller, wins.
+    """
+
+    def __init__(self, adapter: EnvAdapter, simulator: Simulator, *, max_turns: int | None = None):
+        self.adapter = adapter
+        self.simulator = simulator
+        self.max_turns = _positive_int(max_turns)
+        self.counters = RolloutCounters()
+
+    def begin(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """State of a new episode (JSON-serialisable) for a dataset row."""
+        episode = self.adapter.start(row)
+        limits = [n for n in (self.max_turns, _positive_int(row.get("max_turns"))) if n]
+        return {"task_id": str(row.get("task_id", "")), "env": self.adapter.to_dict(episode),
+                "max_turns": min(limits) if limits else None, "turns": [], "pending": None, "done": False,
+                "end_reason": None, "wm_error": None, "unparseable": 0, "outcome": self.adapter.outcome(episode)}
+
+    def turn(self, state: dict[str, Any], reply: str) -> TurnResult:
+        """Advance ``state`` (in place) by one agent reply."""
+        if state["done"]:
+            raise RuntimeError(f"episode {state['task_id']!r} already ended ({state['end_reason']}); "
+                               "the scheduler was asked for another turn")
+        episode = self.adapter.from_dict(state["env"])
+        action = self.adapter.parse_action(reply)
+        if action is None:
+            self.adapter.mark_unparseable(episode)
+            hint = self.adapter.invalid_reply_hint()
+            record = {"action": None, "observation": hint, "source": FEEDBACK}
+            state["unparseable"] += 1
+            self.counters.add(unparseable=1)
+        else:
+            step = self.simulator.step(episode, action)
+            if step.error is not None:
+                record = {"action": action, "observation": None, "source": None}
+                state["wm_error"] = step.error
+            else:
+                record = {"action": action, "observation": step.observation, "source": step.source}
+        state["turns"].append(record)
+        state["env"] = self.adapter.to_dict(episode)
+        outcome = state["outcome"] = self.adapter.outcome(episode)
+        limit = state["max_turns"]
+        if state["wm_error"]:
+            reason = WM_ERROR
+        elif outcome.get("done"):
+            reason = outcome.get("reason") or "done"
+        elif limit and len(state["turns"]) >= limit:
+            reason = MAX_TURNS
+        else:
+            reason = None
+        self.counters.add(turns=1)
+        if reason is not None:
+            self._finish(state, reason)
+            state["pending"] = None
+        else:
+            state["pending"] = record["observation"]
+        return TurnResult(state["done"], state["pending"], self.infos(state))
+
+    def _finish(self, state: dict[str, Any], reason: str) -> None:
+        state["done"], state["end_reason"] = True, reason
+        self.counters.add(episodes=1, wm_errors=int(reason == WM_ERROR))
+        if reason == WM_ERROR:
+            c = self.counters
+            log.warning("%s: world model failed on task %s at turn %d; episode ended with wm_error "
+                        "(%d WM failures in %d episodes so far): %s", self.adapter.name, state["task_id"],
+                        len(state["turns"]), c.wm_errors, c.episodes, state["wm_error"])
+
+    def infos(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``rollout_infos`` of an episode: everything the reward and the trajectory log need."""
+        turns = state["turns"]
+        return {"env": self.adapter.name, "task_id": state["task_id"], "turns": len(turns),
+                "actions": [t["action"] for t in turns], "observations": [t["observation"] for t in turns],
+                "sources": [t["source"] for t in turns], "done": state["done"], "end_reason": state["end_reason"],
+                "outcome": dict(state["outcome"]), "wm_error": bool(state["wm_error"]),
+                "wm_error_message": state["wm_error"], "unparseable": state["unparseable"]}
+
+
+# --- trajectory log ------------------------------------------------------------------------------------
+
+def trajectory_log_path(args: Any = None, environ: Mapping[str, str] | None = None) -> Path:
+    """``$TEXTWM_TRAJECTORY_LOG``, else ``<trainer output_dir>/trajectories.jsonl``, else ``runs/trajectories.jsonl``."""
+    environ = os.environ if environ is None else environ
+    if environ.get(TRAJECTORY_LOG_ENV, "").strip():
+        return Path(environ[TRAJECTORY_LOG_ENV].strip())
+    output_dir = getattr(args, "output_dir", None)
+    if output_dir:
+        return Path(output_dir) / TRAJECTORY_LOG_NAME
+    return FALLBACK_TRAJECTORY_LOG
+
+
+class TrajectoryLog:
+    """Append-only JSONL; every line is written whole under an exclusive lock, so ranks can share a file."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def append(self, records: Iterable[Mapping[str, Any]]) -> None:
+        lines = [(json.dumps(r, ensure_ascii=False) + "\n").encode() for r in records]
+        if not lines:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            for line in lines:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _at(values: Any, i: int) -> Any:
+    return values[i] if isinstance(values, (list, tuple)) and i < len(values) else None
+
+
+# --- ms-swift classes ----------------------------------------------------------------------------------
+
+def _announce_logs() -> None:
+    """Show this package's INFO lines inside ms-swift runs, unless the application configured logging."""
+    root = logging.getLogger("textwm")
+    if not root.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(levelname)s:%(name)s] %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def make_scheduler_class(adapter_factory: Callable[[], EnvAdapter], class_name: str = "EnvScheduler") -> type:
+    """A ``swift.rollout.MultiTurnScheduler`` subclass playing ``adapter_factory()``'s env in the simulator.
+
+    ms-swift builds it once per trainer process as ``cls(max_turns=..., tokenizer=..., template=...)``
+    (colocate) or ``cls(infer_engine=..., max_turns=..., [tokenizer=...])`` (``swift rollout``); every
+    argument is forwarded. The world model comes from ``WM_ENDPOINT`` (:class:`WMSettings`) and
+    ``<ENV>_WM_GUARD=0`` turns the local responder off.
+    """
+    rollout = require("swift.rollout", extra="rl", package="ms-swift")
+    _announce_logs()
+
+    class EnvScheduler(rollout.MultiTurnScheduler):
+        def __init__(self, infer_engine: Any = None, max_turns: int | None = None, *args: Any, **kwargs: Any):
+            super().__init__(infer_engine, max_turns, *args, **kwargs)
+            adapter = adapter_factory()
+            wm = WMSettings.from_env()
+            use_local = guard_enabled(adapter.guard_env)
+            self.driver = EpisodeDriver(adapter, Simulator(wm.client(), use_local=use_local), max_turns=max_turns)
+            log.info("%s: world model at %s (retries %d, timeout %.0f s); local responder %s (%s); max_turns %s",
+                     class_name, wm.endpoint, wm.max_retries, wm.timeout_s, "on" if use_local else "off",
+                     adapter.guard_env, max_turns)
+
+        @property
+        def counters(self) -> RolloutCounters:
+            return self.driver.counters
+
+        def episode_state(self, infer_request: Any) -> dict[str, Any]:
+            """The request's episode state, started from its row on first use."""
+            data = infer_request.data_dict
+            if data is None:
+                data = infer_request.data_dict = {}
+            state = data.get(STATE_KEY)
+            if state is None:
+                state = data[STATE_KEY] = self.driver.begin(data)
+            return state
+
+        async def on_trajectory_start(self, requests: list[Any]) -> None:
+            for request in requests:  # fail before any generation if a row cannot start
+                self.episode_state(request)
+
+        async def on_turn_end(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
+            state = self.episode_state(infer_request)
+            reply = response_choice.message.content
+            result = await asyncio.to_thread(self.driver.turn, state, reply if isinstance(reply, str) else "")
+            return {"done": result.done, "rollout_infos": result.infos}
+
+        def check_finished(self, infer_request: Any, response_choice: Any, current_turn: int) -> bool:
+            return bool(self.episode_state(infer_request)["done"])
+
+        def step(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
+            state = self.episode_state(infer_request)
+            message, state["pending"] = state["pending"], None
+            if message is not None:
+                infer_request.messages.append({"role": "user", "content": message})
+            return {"infer_request": infer_request}
+
+    EnvScheduler.__name__ = EnvScheduler.__qualname__ = class_name
+    return EnvScheduler
+
+
+def make_reward_class(adapter_factory: Callable[[], EnvAdapter], class_name: str = "EnvReward") -> type:
+    """A ``swift.rewards.ORM`` subclass: the env's reward of each finished episode's outcome.
+
+    It reads ``kwargs["rollout_infos"]`` written by the scheduler from :func:`make_scheduler_class`
+    (a missing one is an error, not a zero reward), and appends one line per episode to the
+    trajectory log (:func:`trajectory_log_path`). ms-swift logs the rewards as
+    ``rewards/<class_name>/mean``.
+    """
+    rewards_mod = require("swift.rewards", extra="rl", package="ms-swift")
+    _announce_logs()
+
+    class EnvReward(rewards_mod.ORM):
+        def __init__(self, args: Any = None, **kwargs: Any):
+            super().__init__(args, **kwargs)
+            self.adapter = adapter_factory()
+            self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
+            log.info("%s: trajectories -> %s", class_name, self.trajectory_log.path)
+
+        def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
+            infos = kwargs.get("rollout_infos") or [None] * len(completions)
+            step = getattr(kwargs.get("trainer_state"), "global_step", None)
+            values, records = [], []
+            for i, info in enumerate(infos):
+                if not isinstance(info, Mapping) or "outcome" not in info:
+                    raise ValueError(f"{class_name}: sample {i} has no episode in its rollout_infos; this reward "
+                                     f"needs the {self.adapter.name} multi-turn scheduler (--multi_turn_scheduler "
+                                     f"{self.adapter.name}_scheduler)")
+                value = float(self.adapter.reward(info["outcome"]))
+                values.append(value)
+                records.append({"time": round(time.time(), 3), "step": step,
+                                "prompt_id": _at(kwargs.get("prompt_id"), i),
+                                "request_id": _at(kwargs.get("request_id"), i),
+                                **{k: v for k, v in info.items() if k != "num_turns"}, "reward": value})
+            self.trajectory_log.append(records)
+            errors = sum(bool(r["wm_error"]) for r in records)
+            log.info("%s: %d episodes, mean reward %.3f, %d ended by a WM failure, %d unparseable replies",
+                     class_name, len(values), sum(values) / max(1, len(values)), errors,
+                     sum(int(r["unparseable"]) for r in records))
+            return values
+
+    EnvReward.__name__ = EnvReward.__qualname__ = class_name
+    return EnvReward
+
+
+def register(adapter_factory: Callable[[], EnvAdapter], *, scheduler: str, reward: str,
+             scheduler_class: str = "EnvScheduler", reward_class: str = "EnvReward") -> tuple[type, type]:
+    """Build both classes and register them as ``multi_turns[scheduler]`` and ``orms[reward]``."""
+    scheduler_cls = make_scheduler_class(adapter_factory, scheduler_class)
+    reward_cls = make_reward_class(adapter_factory, reward_class)
+    require("swift.rollout", extra="rl", package="ms-swift").multi_turns[scheduler] = scheduler_cls
+    require("swift.rewards", extra="rl", package="ms-swift").orms[reward] = reward_cls
+    return scheduler_cls, reward_cls
