@@ -131,7 +131,7 @@ def test_unparseable_replies_get_a_hint_then_end_the_episode(wm_env, scheduler_c
 
 def test_repeated_action_ends_the_episode(wm_env, scheduler_cls):
     scheduler, request = started(scheduler_cls)
-    results = [play(scheduler, request, "wait", turn) for turn in (1, 2, 3)]
+    results = [play(scheduler, request, "teleport to kitchen", turn) for turn in (1, 2, 3)]  # waits are exempt
     assert [r["done"] for r in results] == [False, False, True]
     assert results[-1]["rollout_infos"]["end_reason"] == "repeat"
     assert request.messages[-1]["role"] == "assistant"  # no observation after the end

@@ -38,6 +38,12 @@ def test_no_answer_while_the_env_waits_for_a_choice(real_env):
     tracker.observe("move thing to box", "Ambiguous request: Please enter the number ...\n0:\t...")
     assert respond(tracker, "wait1") is None
     assert respond(tracker, "0") is None
+    tracker.observe("task", "Task description:\nYour task is to boil water.")  # answered, choice still pending
+    assert respond(tracker, "teleport to kitchen") is None
+    tracker.observe("teleport to kitchen", "Unknown action.  Type 'help' for a list of actions, ...")
+    assert respond(tracker, "wait1") is None
+    tracker.observe("0", "You move the thing to the box.")
+    assert respond(tracker, "wait1") == "You decide to wait for 1 iterations."
 
 
 def test_task_state_helpers():

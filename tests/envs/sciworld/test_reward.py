@@ -1,3 +1,5 @@
+import pytest
+
 from textwm.envs.sciworld.reward import (
     Goals,
     Outcome,
@@ -21,12 +23,12 @@ def test_goals_from_the_gold_run():
     g = goals_from_gold(GOLD)
     assert g.focus_targets == {"water"}
     # the wait step raised the score but says nothing about progress: not a milestone
-    assert g.milestones == (("you focus on the water.", 70.0), ("the stove is now activated.", 73.0),
-                            ("the water boils.", 100.0))
+    assert g.milestones == (("you focus on the water.", 70.0, 1), ("the stove is now activated.", 73.0, 1),
+                            ("the water boils.", 100.0, 1))
     assert g.final_wait_ticks is None
     assert Goals.from_dict(g.to_dict()) == g
     melt = goals_from_gold(MELT)
-    assert melt.milestones == (("you focus on the ice.", 70.0), ("the stove is now activated.", 75.0))
+    assert melt.milestones == (("you focus on the ice.", 70.0, 1), ("the stove is now activated.", 75.0, 1))
     assert melt.final_wait_ticks == 11
 
 
@@ -42,6 +44,16 @@ def test_score_from_the_trajectory():
     assert score_of(["focus on orange"], ["You focus on the orange."], Goals()) == 0  # no goals: no penalty invented
 
 
+def test_a_milestone_can_be_a_repeated_observation():
+    gold = [("focus on seed", "You focus on the seed.", 40), ("deactivate sink", "The sink is now deactivated.", 40),
+            ("water it", "You pour the water.", 40), ("deactivate sink", "The sink is now deactivated.", 90)]
+    g = goals_from_gold(gold)
+    assert g.milestones[-1] == ("the sink is now deactivated.", 90.0, 2)
+    once = ["You focus on the seed.", "The sink is now deactivated."]
+    assert score_of(["a", "b"], once, g) == 40
+    assert score_of(["a", "b", "c", "b"], [*once, "You pour the water.", "The sink is now deactivated."], g) == 90
+
+
 def test_waiting_alone_earns_nothing_but_completes_after_the_milestones():
     melt = goals_from_gold(MELT)
     wait = "You decide to wait for 10 iterations."
@@ -53,9 +65,13 @@ def test_waiting_alone_earns_nothing_but_completes_after_the_milestones():
 
 
 def test_loops_and_streaks():
-    assert loop_detected(["a", "b", "b", "B "]) == "repeat"
-    assert loop_detected(["x", "a", "b", "a", "b"]) == "oscillation"
-    assert loop_detected(["a", "b", "c", "a"]) is None
+    assert loop_detected(["a", "b", "b", "B "], ["o", "p", "p", "P"]) == "repeat"
+    assert loop_detected(["x", "a", "b", "a", "b"], ["o", "p", "q", "p", "q"]) == "oscillation"
+    assert loop_detected(["a", "b", "c", "a"], ["o"] * 4) is None
+    # heating water: use thermometer / examine alternate while the reading changes -> progress, no loop
+    assert loop_detected(["use t", "examine w", "use t", "examine w"],
+                         ["20 degrees", "water", "35 degrees", "water"]) is None
+    assert loop_detected(["wait1"] * 5, ["You decide to wait for 1 iterations."] * 5) is None
     assert trailing_streak([True, False, True, True]) == 2
 
 
@@ -71,3 +87,24 @@ def test_episode_outcome_and_reward():
     assert streak.reason == "invalid_streak" and reward(streak) == -0.1
     going = episode_outcome(["focus on water"], ["You focus on the water."], g)
     assert going == Outcome(False, None, 70.0) and reward(going) == 0.7
+
+
+@pytest.mark.slow
+def test_every_gold_run_is_a_success_under_the_trajectory_rules(real_env):
+    """No termination rule cuts a gold run short, and its score from the trajectory alone is 100."""
+    from textwm.envs.sciworld.env import task_catalog
+
+    for task in sorted(task_catalog()):
+        real_env.reset(f"{task}_v0", gold_path=True)
+        steps = []
+        for action in real_env.gold_actions():
+            result = real_env.step(action)
+            steps.append((action, result.observation, result.score))
+            if result.done:
+                break
+        goals = goals_from_gold(steps)
+        actions, observations = [a for a, _, _ in steps], [o for _, o, _ in steps]
+        for i in range(1, len(steps)):
+            outcome = episode_outcome(actions[:i], observations[:i], goals)
+            assert not outcome.done, (task, i, outcome)
+        assert episode_outcome(actions, observations, goals) == Outcome(True, "success", 100.0), task

@@ -127,7 +127,9 @@ def run_job(job: Job, config: BuildConfig) -> dict[str, Any]:
             tracker.observe(action, result.observation)
             if result.done:
                 break
-    return {"job": job, "rows": rows, "rl": rl_row(task, max_turns=config.max_turns),
+    # Long tasks (boil's gold run is ~100 steps) need more turns than the default allows.
+    max_turns = max(config.max_turns, 2 * len(steps))
+    return {"job": job, "rows": rows, "rl": rl_row(task, max_turns=max_turns),
             "sft": sft_row(task, [(a, o) for a, o, _ in steps], score) if score >= 100 else None,
             "gold_score": score}
 

@@ -43,8 +43,9 @@ def _norm(text: str) -> str:
 class Goals:
     """What scores in a task, from its gold run."""
 
-    #: (normalised observation, score after it), in gold order.
-    milestones: tuple[tuple[str, float], ...] = ()
+    #: (normalised observation, score after it, its occurrence number in the gold run), in gold order:
+    #: the second "The sink is now deactivated." of a gold run may score while the first did not.
+    milestones: tuple[tuple[str, float, int], ...] = ()
     #: Objects the gold run focused on (``"You focus on the X."`` -> ``x``).
     focus_targets: frozenset[str] = field(default_factory=frozenset)
     #: Ticks the gold run waited after its last milestone to reach 100 (None: it did not need to).
@@ -56,7 +57,8 @@ class Goals:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Goals:
-        return cls(milestones=tuple((str(o), float(s)) for o, s in d.get("milestones", ())),
+        return cls(milestones=tuple((str(m[0]), float(m[1]), int(m[2]) if len(m) > 2 else 1)
+                                    for m in d.get("milestones", ())),
                    focus_targets=frozenset(d.get("focus_targets", ())), final_wait_ticks=d.get("final_wait_ticks"))
 
 
@@ -69,12 +71,15 @@ def informative(action: str, observation: str) -> bool:
 def goals_from_gold(steps: list[tuple[str, str, float]]) -> Goals:
     """Goals of a task from its gold run: ``steps`` = (action, observation, score after) in order."""
     milestones, focus, previous, waited = [], set(), 0.0, None
+    seen: dict[str, int] = {}
     for action, observation, score in steps:
         m = _FOCUS_RE.match(observation.strip())
         if m:
             focus.add(_norm(m.group(1)))
+        text = _norm(observation)
+        seen[text] = seen.get(text, 0) + 1
         if score > previous and informative(action, observation):
-            milestones.append((_norm(observation), float(score)))
+            milestones.append((text, float(score), seen[text]))
             waited = 0 if score < SUCCESS_SCORE else None
         elif waited is not None:
             waited += WAIT_TICKS.get(normalize_action(action), 0)
@@ -95,11 +100,15 @@ def score_of(actions: list[str | None], observations: list[str], goals: Goals) -
     skipped by the caller).
     """
     score, reached, waited = 0.0, 0, 0
+    seen: dict[str, int] = {}
     for action, obs in zip(actions, observations):
         target = focused_object(obs)
         if target is not None and goals.focus_targets and target not in goals.focus_targets:
             return WRONG_FOCUS_SCORE
-        if reached < len(goals.milestones) and _norm(obs) == goals.milestones[reached][0]:
+        text = _norm(obs)
+        seen[text] = seen.get(text, 0) + 1
+        if reached < len(goals.milestones) and text == goals.milestones[reached][0] \
+                and seen[text] >= goals.milestones[reached][2]:
             score = goals.milestones[reached][1]
             reached += 1
             waited = 0
@@ -110,12 +119,17 @@ def score_of(actions: list[str | None], observations: list[str], goals: Goals) -
     return score
 
 
-def loop_detected(actions: list[str]) -> str | None:
-    """``"repeat"`` (same action 3x in a row), ``"oscillation"`` (A B A B), else None."""
-    a = [_norm(x) for x in actions]
-    if len(a) >= 3 and a[-1] == a[-2] == a[-3]:
+def loop_detected(actions: list[str], observations: list[str]) -> str | None:
+    """``"repeat"`` (the same step 3x in a row) or ``"oscillation"`` (A B A B), else None.
+
+    A step is an (action, observation) pair: alternating actions whose observations change (heating
+    water while reading the thermometer) make progress and are no loop; waits are not counted.
+    """
+    steps = [(_norm(a), _norm(o)) for a, o in zip(actions, observations)
+             if normalize_action(a) not in WAIT_TICKS]  # waiting again and again is how time passes
+    if len(steps) >= 3 and steps[-1] == steps[-2] == steps[-3]:
         return "repeat"
-    if len(a) >= 4 and a[-1] == a[-3] and a[-2] == a[-4] and a[-1] != a[-2]:
+    if len(steps) >= 4 and steps[-1] == steps[-3] and steps[-2] == steps[-4] and steps[-1] != steps[-2]:
         return "oscillation"
     return None
 
@@ -139,14 +153,15 @@ class Outcome:
 
 def episode_outcome(actions: list[str | None], observations: list[str], goals: Goals) -> Outcome:
     """Is the episode over, why, and with which score. ``actions[i]`` is None for an unparseable reply."""
-    score = score_of([a for a in actions if a is not None], observations, goals)
+    parsed = [a for a in actions if a is not None]
+    score = score_of(parsed, observations, goals)
     if score <= WRONG_FOCUS_SCORE:
         return Outcome(True, "wrong_focus", score)
     if score >= SUCCESS_SCORE:
         return Outcome(True, "success", score)
     if trailing_streak([a is None for a in actions]) >= UNPARSEABLE_STREAK_LIMIT:
         return Outcome(True, "unparseable_streak", score)
-    loop = loop_detected([a for a in actions if a is not None])
+    loop = loop_detected(parsed, observations)
     if loop:
         return Outcome(True, loop, score)
     if trailing_streak([o == NO_MATCH for o in observations]) >= INVALID_STREAK_LIMIT:

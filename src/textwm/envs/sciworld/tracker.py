@@ -98,8 +98,17 @@ class EpisodeTracker:
     # --- views -------------------------------------------------------------------------------------
 
     def awaiting_choice(self) -> bool:
-        """The env asked which of several objects was meant; the next input is a choice number."""
-        return bool(self.history) and self.history[-1][1].startswith("Ambiguous request")
+        """The env may be waiting for a choice number after "Ambiguous request: ...".
+
+        Measured: "task" is answered while a choice is pending (the choice stays pending), and an
+        input read as a bad choice answers "Unknown action. ...". Conservatively, the state counts as
+        pending until an ordinary observation follows the prompt.
+        """
+        for _, observation in reversed(self.history):
+            if observation.startswith("Task description:"):
+                continue
+            return observation.startswith(("Ambiguous request", "Unknown action"))
+        return False
 
     def room_contents(self) -> str:
         """Best knowledge of the current room: the latest look seen here, else the start map."""

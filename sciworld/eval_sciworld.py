@@ -1,0 +1,22 @@
+"""Evaluate an agent on ScienceWorld (real env and world model) and the world model's fidelity.
+
+    # the agent in the real env (an OpenAI-compatible endpoint, or --agent-path <checkpoint>)
+    python sciworld/eval_sciworld.py agent-real --rows runs/sciworld_data/rl_test.jsonl \
+        --agent-url http://127.0.0.1:8000/v1 --workers 8 --output-dir runs/eval_sw/real
+    # Real / WM / W2R / CR for one agent, plus single-step fidelity of the WM
+    python sciworld/eval_sciworld.py all --rows runs/sciworld_data/rl_test.jsonl --agent-url http://127.0.0.1:8000/v1 \
+        --wm-endpoint http://127.0.0.1:30000/ --wm-transitions runs/sciworld_data/wm_test.jsonl \
+        --wm-url http://127.0.0.1:30001/v1 --workers 8 --output-dir runs/eval_sw/all
+    # tiny CPU run (~1.5 min; data, tiny models and a WM stack on :31000 as in sciworld/README.md "Evaluation")
+    python sciworld/eval_sciworld.py all --rows /tmp/sw/rl_test.jsonl --agent-path /tmp/tiny_ar --temperature 1 \
+        --max-turns 3 --agent-max-tokens 12 --wm-endpoint http://127.0.0.1:31000/ \
+        --wm-transitions /tmp/sw/wm_test.jsonl --wm-path /tmp/tiny_sdar --num-gpus 0 --wm-max-tokens 16 \
+        --single-step-limit 20 --output-dir /tmp/eval_sw
+
+Modes: agent-real, agent-wm, fidelity (single-step only), all. Outputs and definitions: sciworld/README.md.
+"""
+
+from textwm.eval.run_sciworld import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(prog="sciworld/eval_sciworld.py"))
