@@ -23,7 +23,7 @@ def wm_proxy():
     def respond(method, path, body):
         action = body["input"]["action"]
         assert "## ENVIRONMENT STATE" in body["input"]["system_prompt"]
-        assert body["input"]["state"].startswith("Task: Your task is to boil water.")
+        assert "> teleport to kitchen\nYou teleport to the kitchen." in body["input"]["state"]  # recent history
         return 200, {"generated_text": f"<think>x</think>The {action.split()[-1]} is now open."}, 0
     server = ScriptedServer(respond)
     yield server
@@ -46,7 +46,9 @@ def test_local_answers_first_then_the_world_model(wm_proxy):
 def test_guard_off_sends_everything_to_the_world_model(wm_proxy, monkeypatch):
     monkeypatch.setenv("SCIWORLD_WM_GUARD", "0")
     sim = Simulator(WMClient(wm_proxy.url), use_local=guard_enabled("SCIWORLD_WM_GUARD"))
-    assert sim.step(SciWorldEpisode.start(TASK), "look around").source == WM
+    ep = SciWorldEpisode.start(TASK)
+    ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
+    assert sim.step(ep, "look around").source == WM
     monkeypatch.setenv("SCIWORLD_WM_GUARD", "maybe")
     with pytest.raises(ValueError, match="SCIWORLD_WM_GUARD"):
         guard_enabled("SCIWORLD_WM_GUARD")

@@ -93,7 +93,8 @@ def test_gold_agent_in_a_perfect_wm_gives_cr_1(fleet, sw_data):
             wm = evaluate_agent_wm(sw_data.rows, agent, Simulator(client), concurrency=2, progress=False)
     finally:
         wm_server.close()
-    assert wm.summary["success_rate"] == 1.0 and wm.summary["wm_steps"] == sum(len(g) for g in sw_data.gold.values())
+    assert wm.summary["success_rate"] == 1.0
+    assert wm.summary["wm_steps"] + wm.summary["local_steps"] == sum(len(g) for g in sw_data.gold.values())
     assert all(set(r.sources) <= {"local", "wm"} and r.reason == "success" for r in wm.records)
     real = evaluate_agent_real(sw_data.rows, agent, fleet=fleet, progress=False)
     w2r = replay_in_real(wm.records, {r["task_id"]: r for r in sw_data.rows}, fleet=fleet, progress=False)

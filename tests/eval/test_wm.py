@@ -36,13 +36,13 @@ def test_responder_only_episodes(sw_data):
 
 def test_wm_down_marks_episodes_and_counts_errors(sw_data):
     with WMClient(f"http://127.0.0.1:{free_port()}/", retry=FAST, timeout_s=2) as client:
-        result = evaluate_agent_wm(sw_data.rows, ScriptAgent(["open door to hallway"]), Simulator(client),
+        result = evaluate_agent_wm(sw_data.rows, ScriptAgent(["open drawer"]), Simulator(client),
                                    repeats=2, concurrency=3, progress=False)
     assert result.summary["episodes"] == 4 and result.summary["wm_errors"] == 4
     assert result.summary["wm_step_errors"] == 4 and result.summary["reasons"] == {"wm_error": 4}
     for rec in result.records:
         assert rec.done is False and rec.score == 0.0 and "unavailable" in rec.error
-        assert rec.actions == ["open door to hallway"] and rec.observations == [None]
+        assert rec.actions == ["open drawer"] and rec.observations == [None]
 
 
 def test_wrong_focus_and_unparseable_replies_in_the_wm(sw_data):

@@ -1,17 +1,40 @@
+"""The README's main job, in its --smoke setting (slow tier; CI runs it)."""
+
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.slow
-def test_demo_runs_end_to_end(repo, tmp_path):
-    res = subprocess.run(["bash", str(repo / "scripts" / "demo.sh"), "--out", str(tmp_path)], capture_output=True,
-                         text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable})
-    assert res.returncode == 0, res.stderr
-    summary = json.loads((tmp_path / "scores" / "eval_summary.json").read_text())
-    assert set(summary) == {"copy_state", "action_lookup"}
-    assert summary["action_lookup"]["exact_match"] > summary["copy_state"]["exact_match"]
-    assert (tmp_path / "scores" / "eval_summary.png").stat().st_size > 10_000
+def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
+    out = tmp_path / "demo"
+    cmd = ["bash", str(repo / "scripts" / "demo.sh"), "--smoke", "--out", str(out), "--wm-port", str(free_port()),
+           "--proxy-port", str(free_port())]
+    env = {**os.environ, "PYTHON": sys.executable}
+    started = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    elapsed = time.monotonic() - started
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    for needle in ("exact_match", "rewards/SciWorldReward/mean", "CR = W2R / Real", "Wall time per stage"):
+        assert needle in report
+    assert (out / "wm_eval" / "comparison.png").stat().st_size > 10_000
+    stages = json.loads((out / "stages.json").read_text())["stages"]
+    assert list(stages) == ["data", "train", "wm_eval", "grpo", "agent_eval", "report"]
+    assert stages["grpo"]["figures"]["reward_per_step"]
+    print(f"smoke demo: {elapsed:.0f} s")
+    # A re-run resumes: every finished stage is skipped.
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("done earlier") == 5

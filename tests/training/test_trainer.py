@@ -113,6 +113,14 @@ def test_config_errors(tmp_path, caplog):
     assert "ignoring LlamaFactory keys that do not apply here: finetuning_type, stage" in caplog.text
     with pytest.raises(ConfigError, match="cutoff_len \\(10\\) must be a multiple of block_length"):
         load_config(path, ["cutoff_len=10"])
+    cfg = load_config(path, ["learning_rate=3e-3", "max_steps=10.0", "warmup_ratio=0"])  # PyYAML: "3e-3" is a str
+    assert (cfg.learning_rate, cfg.max_steps, cfg.warmup_ratio) == (3e-3, 10, 0.0)
+    with pytest.raises(ConfigError, match="learning_rate must be a number, got 'fast'"):
+        load_config(path, ["learning_rate=fast"])
+    with pytest.raises(ConfigError, match="max_steps must be an integer, got 2.5"):
+        load_config(path, ["max_steps=2.5"])
+    with pytest.raises(ConfigError, match="bf16 must be true or false"):
+        load_config(path, ["bf16=maybe"])
     with pytest.raises(ConfigError, match="exactly one of train_file"):
         SFTConfig(model_name_or_path="m")
 

@@ -161,7 +161,31 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             close = difflib.get_close_matches(key, valid, n=1)
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ConfigError(f"{path or 'overrides'}: unknown config key(s): {', '.join(hints)}")
-    return SFTConfig(**{k: v for k, v in data.items() if k in valid})
+    types = {f.name: f.type for f in dataclasses.fields(SFTConfig)}
+    return SFTConfig(**{k: _coerce(k, v, types[k], path) for k, v in data.items() if k in valid})
+
+
+def _coerce(key: str, value: Any, annotation: str, path: Any) -> Any:
+    """A YAML value as the field's type. PyYAML reads ``1e-5`` (no dot) as a string: accept it."""
+    kind = {"float": float, "int": int, "bool": bool}.get(str(annotation).split(" ")[0])
+    if kind is None or value is None:
+        return value
+    where = path or "overrides"
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None:
+        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    if kind is int:
+        if not number.is_integer():
+            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+        return int(number)
+    return number
 
 
 def save_config(config: SFTConfig, path: str | Path) -> None:

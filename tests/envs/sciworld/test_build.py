@@ -43,7 +43,7 @@ def test_rows_carry_the_state_at_that_step(built, real_env):
         assert real_env.inventory().strip() in system         # inventory at that step
         assert "## ENVIRONMENT STATE" in system and "PREDICTION TARGET" in system
         action = user.rsplit("\n\nAction: ", 1)[1]
-        assert user.startswith("State: Task: ")
+        assert user.startswith("State: ")
         assert real_env.step(action).observation == target
 
 

@@ -15,7 +15,8 @@ PROBES = [
     ("Teleport  to BEDROOM", True), ("look around", True), ("look around", True), ("go to hallway", True),
     ("wait", True), ("pick up orange", False), ("inventory", False), ("teleport to kitchen", True),
     ("look around", False), ("open fridge", False), ("go to outside", True), ("teleport to workshop", True),
-    ("look around", True), ("pick up battery", False), ("look around", False),
+    ("look around", True), ("pick up battery", False), ("look around", False), ("open door to hallway", True),
+    ("open door to kitchen", False), ("close door to hallway", False), ("open door to hallway", False),
 ]
 
 

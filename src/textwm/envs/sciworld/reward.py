@@ -62,10 +62,14 @@ class Goals:
                    focus_targets=frozenset(d.get("focus_targets", ())), final_wait_ticks=d.get("final_wait_ticks"))
 
 
+#: Observations that are the same whatever the world's state.
+CONSTANT_OBSERVATIONS = frozenset({NO_MATCH, "The door is already open."})
+
+
 def informative(action: str, observation: str) -> bool:
     """Does this step's observation say something about task progress?"""
     verb = normalize_action(action).split(" ", 1)[0] if action else ""
-    return observation != NO_MATCH and verb not in UNINFORMATIVE_VERBS
+    return observation.strip() not in CONSTANT_OBSERVATIONS and verb not in UNINFORMATIVE_VERBS
 
 
 def goals_from_gold(steps: list[tuple[str, str, float]]) -> Goals:

@@ -17,7 +17,7 @@ from textwm.envs.sciworld.world import LOOK_ACTIONS, NO_MATCH, ROOMS, adjacency,
 NON_MUTATING_VERBS = frozenset({"teleport", "go", "walk", "wait", "wait1", "task", "look", "inventory", "examine",
                                 "read", "focus"})
 #: How many past steps the WM sees as "State:" history.
-HISTORY_STEPS = 3
+HISTORY_STEPS = 2
 
 
 @dataclass
@@ -115,12 +115,10 @@ class EpisodeTracker:
         return self.last_look.get(self.room) or self.task.room_map.get(self.room, "")
 
     def history_text(self, steps: int = HISTORY_STEPS) -> str:
-        """The "State:" of the WM query: the task, then the last ``steps`` actions with their observations."""
-        lines = [f"Task: {self.task.task_description}"]
-        recent = self.history[-steps:]
-        if len(self.history) <= steps:
-            lines.append(self.task.initial_observation)
-        for action, observation in recent:
+        """The "State:" of the WM query: the last ``steps`` actions with their observations (at the
+        start, the start observation). The task itself is in the WM system prompt."""
+        lines = [self.task.initial_observation] if len(self.history) < steps else []
+        for action, observation in self.history[-steps:]:
             lines.append(f"> {action}")
             lines.append(observation)
         return "\n".join(lines)

@@ -12,24 +12,15 @@ from __future__ import annotations
 from textwm.envs.sciworld.tracker import EpisodeTracker
 
 DOMAIN_RULES = """\
-- "teleport to X" moves the agent to room X: "You teleport to the X."
-- "go to X" works only through an open door to an adjacent room: "You move to the X."; a room that is
-  not adjacent gives "No known action matches that input."; the current room gives "It's not clear how
-  to get there from here."
-- "look around" lists the current room exactly as the environment prints it.
-- "pick up X" needs X in the current room: "You move the X to the inventory."
-- "put down X" / "move X to Y": "You move the X to the Y."
-- "open X" / "close X": "The X is now open." / "The X is now closed."
-- "activate X" / "deactivate X": "The X is now activated." / "The X is now deactivated."
-- "focus on X" submits X as the task's object: "You focus on the X."
-- "wait" / "wait1": "You decide to wait for 10 iterations." / "You decide to wait for 1 iterations."
-- Objects that are not present, and verbs the environment does not know: "No known action matches that input."
-- Several objects matching a name: "Ambiguous request: ..." with a numbered list; a number picks one."""
+- teleport to ROOM: "You teleport to the ROOM." go to ROOM works only through a door from here: "You move to the ROOM."
+- look around: the room listing exactly as printed. pick up X (X here): "You move the X to the inventory."
+- open / close / activate / deactivate X: "The X is now open." / "...closed." / "...activated." / "...deactivated."
+- focus on X: "You focus on the X." wait / wait1: "You decide to wait for 10 / 1 iterations."
+- Unknown verbs and absent objects: "No known action matches that input."
+"""
 
-STEERING = """\
-- Ground every answer in the ENVIRONMENT STATE above: mention only rooms, objects and substances it lists.
-- Answer with the observation text only: no explanation, no markdown, no JSON, no role tags.
-- Keep the environment's exact wording and formatting (tabs and line breaks in room listings included)."""
+STEERING = ("Use only the rooms, objects and substances ENVIRONMENT STATE lists. Answer with the observation "
+            "text only, in the environment's exact wording and layout.")
 
 
 def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
@@ -38,37 +29,26 @@ def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str
 
     ``room_contents``/``inventory``: the true state when it is known (the dataset builder reads it
     from the real env at that step); by default the tracker's latest view (the simulator's case).
+    Kept short on purpose: every token of it is paid at every step of training and simulation.
     """
     room = tracker.room
     room_contents = tracker.room_contents() if room_contents is None else room_contents
     inventory = tracker.inventory_text if inventory is None else inventory
-    connections = "\n".join(f"- {r} connects to: {', '.join(n)}" for r, n in tracker.task.connections.items())
+    doors = ", ".join(tracker.task.connections.get(room, [])) or "none known"
     return "\n".join([
         "## ENVIRONMENT STATE",
-        "ScienceWorld, a text environment of science experiments in 10 rooms.",
-        f"The agent is in: {room}.",
-        f"Task: {tracker.task.task_description}",
-        "",
+        f"ScienceWorld, 10 rooms. The agent is in the {room}. Task: {tracker.task.task_description}",
         f"Contents of the {room}:",
         room_contents.strip(),
-        "",
-        "Agent's inventory:",
         inventory.strip(),
-        "",
-        "Room connections:",
-        connections,
-        "",
+        f"Doors from the {room} lead to: {doors}.",
         "## TASK CONTEXT",
-        "The agent navigates rooms, handles objects and runs experiments with plain-text commands.",
-        f"The action to answer: {action}",
-        "",
+        f"The agent acts with text commands. Action to answer: {action}",
         "## DOMAIN RULES",
-        DOMAIN_RULES,
-        "",
+        DOMAIN_RULES.rstrip(),
         "## STEERING DIRECTIVES",
         STEERING,
-        "",
-        f"PREDICTION TARGET: the ScienceWorld observation produced by the action '{action}' in this state.",
+        f"PREDICTION TARGET: the observation the action '{action}' produces.",
     ])
 
 

@@ -1,0 +1,51 @@
+"""The embedded default: the whole two-stage pipeline in miniature on a CPU (see scripts/demo.sh)."""
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+from textwm.demo import DemoConfig
+
+
+def main() -> int:
+    defaults = DemoConfig()
+    p = argparse.ArgumentParser(prog="scripts/demo.sh", description=(
+        "Build ScienceWorld WM data from the real env, train a tiny AR and a tiny SDAR world model, score "
+        "them, run GRPO of a tiny agent inside the SDAR world model (swift rlhf), evaluate the agent in the "
+        "real env and the world model's fidelity, and write <out>/report.md. Resumable: a re-run skips "
+        "finished stages."))
+    p.add_argument("--out", default=defaults.out, help="run folder (default: %(default)s)")
+    p.add_argument("--smoke", action="store_true", help="an even smaller setting (CI, a few minutes)")
+    p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
+    p.add_argument("--tasks", nargs="+", help=f"ScienceWorld task types (default: {' '.join(defaults.tasks)})")
+    p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
+    p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps})")
+    p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
+    p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
+    p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")
+    p.add_argument("--agent-episodes", type=int, help=f"agent episodes per evaluation (default: {defaults.agent_episodes})")
+    p.add_argument("--workers", type=int, help=f"ScienceWorld worker processes (default: {defaults.workers})")
+    p.add_argument("--wm-port", type=int, help=f"WM server port (default: {defaults.wm_port})")
+    p.add_argument("--proxy-port", type=int, help=f"WM proxy port (default: {defaults.proxy_port})")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DemoConfig)
+                 if getattr(args, f.name, None) is not None and f.name not in ("smoke",)}
+    if args.tasks:
+        overrides["tasks"] = tuple(args.tasks)
+    config = DemoConfig.smoke_test(**overrides) if args.smoke else DemoConfig(**overrides)
+
+    from textwm.demo import Demo
+
+    try:
+        Demo(config, fresh=args.fresh).run()
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,277 @@
+"""The embedded default: the whole two-stage pipeline in miniature, on a CPU, with a report.
+
+Stages (each resumable: a finished stage is recorded in ``<out>/stages.json`` and skipped on the
+next run unless ``fresh``):
+
+1. ``data``: a small ScienceWorld world-model dataset from the real env (a few task types; train and
+   test split by variation), plus RL task rows;
+2. ``train``: a tiny AR and a tiny SDAR world model of the same size, same tokenizer, same rows,
+   same number of steps;
+3. ``wm_eval``: both (and their untrained initialisations) generate on held-out transitions; one
+   scorer, one side-by-side table and chart;
+4. ``grpo``: the native WM server (SDAR model) + proxy; a tiny agent's GRPO steps with
+   ``swift rlhf`` and the ScienceWorld plugin inside the world model; the stack is stopped;
+5. ``agent_eval``: the agent before and after GRPO in the real env, in the world model, replayed
+   (W2R), and the world model's fidelity (Real / WM / W2R / CR);
+6. ``report``: ``report.md`` with every figure under its metric name and wall time per stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    out: str = "runs/demo"
+    smoke: bool = False
+    tasks: tuple[str, ...] = ("boil", "melt", "find-living-thing", "test-conductivity")
+    train_variations: int = 3
+    test_variations: int = 1
+    explore_steps: int = 12
+    size: str = "tiny"
+    vocab_size: int = 1024
+    train_steps: int = 300
+    batch_size: int = 4
+    learning_rate: float = 3e-3
+    cutoff_len: int = 2048
+    eval_rows: int = 120
+    gen_length: int = 48
+    denoising_steps: int = 2
+    grpo_steps: int = 3
+    grpo_turns: int = 4
+    agent_episodes: int = 6
+    agent_turns: int = 8
+    workers: int = 2
+    wm_port: int = 30101
+    proxy_port: int = 30100
+    seed: int = 0
+
+    @classmethod
+    def smoke_test(cls, **overrides: Any) -> DemoConfig:
+        """An even smaller setting for CI (a few minutes)."""
+        small = dict(smoke=True, tasks=("melt",), train_variations=1, explore_steps=6, train_steps=40,
+                     eval_rows=16, gen_length=24, grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4)
+        return cls(**{**small, **overrides})
+
+
+@dataclass
+class StageRecord:
+    name: str
+    seconds: float
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+class Demo:
+    def __init__(self, config: DemoConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
+        self.config = config
+        self.out = Path(config.out)
+        self.echo = echo
+        if fresh and self.out.exists():
+            shutil.rmtree(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.state_file = self.out / "stages.json"
+        self.records: dict[str, StageRecord] = {}
+        if self.state_file.exists():
+            state = json.loads(self.state_file.read_text())
+            if state.get("config") != dataclasses.asdict(config):
+                raise ValueError(f"{self.out} holds a run with other settings; use --fresh or another --out")
+            self.records = {k: StageRecord(**v) for k, v in state["stages"].items()}
+
+    def path(self, *parts: str) -> Path:
+        return self.out.joinpath(*parts)
+
+    def _save(self) -> None:
+        write_json(self.state_file, {"config": dataclasses.asdict(self.config),
+                                     "stages": {k: dataclasses.asdict(v) for k, v in self.records.items()}})
+
+    def run(self) -> Path:
+        for i, name in enumerate(STAGES, 1):
+            if name in self.records and name != "report":
+                self.echo(f"[{i}/{len(STAGES)}] {name}: done earlier ({self.records[name].seconds:.0f} s), skipped")
+                continue
+            self.echo(f"[{i}/{len(STAGES)}] {name} ...")
+            started = time.perf_counter()
+            figures = getattr(self, f"stage_{name}")()
+            self.records[name] = StageRecord(name, round(time.perf_counter() - started, 1), figures or {})
+            self._save()
+            self.echo(f"[{i}/{len(STAGES)}] {name}: {self.records[name].seconds:.0f} s")
+        self.echo(f"demo finished: {self.path('report.md')}")
+        return self.path("report.md")
+
+    # --- 1. data -----------------------------------------------------------------------------------
+
+    def stage_data(self) -> dict[str, Any]:
+        from textwm.envs.sciworld.build import BuildConfig, build
+
+        c = self.config
+        report = build(BuildConfig(out_dir=str(self.path("data")), tasks=c.tasks,
+                                   variations={"train": c.train_variations, "dev": 0, "test": c.test_variations},
+                                   explore_episodes=1 if c.explore_steps else 0, explore_steps=c.explore_steps,
+                                   workers=c.workers, seed=c.seed, max_turns=c.agent_turns))
+        test = read_jsonl(self.path("data", "wm_test.jsonl")).rows
+        write_jsonl(self.path("data", "eval_test.jsonl"), test[: c.eval_rows])  # eval_generate's file pattern
+        return {"transitions": report.transitions, "tasks": list(c.tasks), "eval_rows": min(len(test), c.eval_rows)}
+
+    # --- 2. train ----------------------------------------------------------------------------------
+
+    def stage_train(self) -> dict[str, Any]:
+        from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
+        from textwm.training.config import SFTConfig
+        from textwm.training.trainer import train
+
+        c = self.config
+        rows = read_jsonl(self.path("data", "wm_train.jsonl")).rows
+        figures: dict[str, Any] = {}
+        for family in ("ar", "sdar"):
+            # One tokenizer for both (the SDAR one has the mask token added): same rows, same vocabulary.
+            tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=family == "sdar")
+            model = build_tiny_model(tokenizer, family=family, size=c.size, block_size=4, seed=c.seed)
+            save_checkpoint(model, tokenizer, self.path(f"init_{family}"))
+            result = train(SFTConfig(
+                model_name_or_path=str(self.path(f"init_{family}")), objective=family,
+                train_file=str(self.path("data", "wm_train.jsonl")), output_dir=str(self.path(f"wm_{family}")),
+                cutoff_len=c.cutoff_len, truncate_mode="drop", neat_packing=False, learning_rate=c.learning_rate,
+                per_device_train_batch_size=c.batch_size, max_steps=c.train_steps, lr_scheduler_type="cosine",
+                warmup_ratio=0.05, logging_steps=max(1, c.train_steps // 10), save_steps=10 * c.train_steps,
+                block_length=4, seed=c.seed))
+            figures[family] = {"train_loss": round(result.train_loss, 4), "steps": result.global_step,
+                               "parameters": sum(p.numel() for p in model.parameters())}
+        return figures
+
+    # --- 3. world-model evaluation -----------------------------------------------------------------
+
+    def stage_wm_eval(self) -> dict[str, Any]:
+        from textwm.generation.runner import EvalGenerateConfig
+        from textwm.generation.runner import run as generate
+        from textwm.metrics import report
+        from textwm.metrics.scorer import ScoreOptions, score_file
+
+        c = self.config
+        summaries = {}
+        for name in ("init_ar", "wm_ar", "init_sdar", "wm_sdar"):
+            gen_dir = self.path("wm_eval", name)
+            generate(EvalGenerateConfig(model_path=str(self.path(name)), data_dir=str(self.path("data")),
+                                        datasets=["test"], output_dir=str(gen_dir), num_gpus=0, per_batch=16,
+                                        gen_length=c.gen_length, block_length=4, denoising_steps=c.denoising_steps,
+                                        temperature=0.0))
+            summary = score_file("test", gen_dir / "test_outputs.jsonl", gen_dir,
+                                 ScoreOptions(mauve_max_samples=c.eval_rows))
+            report.write_report({"test": summary}, gen_dir, title=name)
+            summaries[name] = summary
+        paths = report.compare_runs([f"{n}={self.path('wm_eval', n)}" for n in summaries], self.path("wm_eval"),
+                                    title="World models on held-out ScienceWorld transitions")
+        return {"scores": summaries, "table": str(paths["markdown"]), "chart": str(paths["chart"])}
+
+    # --- 4. GRPO inside the world model ------------------------------------------------------------
+
+    def _stack(self):
+        from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
+
+        c = self.config
+        for port in (c.wm_port, c.proxy_port):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    raise RuntimeError(f"port {port} is in use; pass --wm-port/--proxy-port")
+        server, proxy = ManagedProcess("wm_server", self.path("stack")), ManagedProcess("wm_proxy", self.path("stack"))
+        spec = BackendSpec(backend="native", model_path=str(self.path("wm_sdar")), port=c.wm_port,
+                           served_model_name="demo-sdar-wm", device="cpu", max_model_len=4096,
+                           denoising_steps=c.denoising_steps)
+        server.start([*server_command(spec), "--temperature", "0", "--max-tokens", str(c.gen_length)])
+        try:
+            server.wait_healthy(f"http://127.0.0.1:{c.wm_port}/health", 180)
+            proxy.start([*proxy_command(c.proxy_port, f"http://127.0.0.1:{c.wm_port}"), "--timeout", "120"])
+            proxy.wait_healthy(f"http://127.0.0.1:{c.proxy_port}/health", 60)
+        except BaseException:
+            proxy.stop()
+            server.stop()
+            raise
+        return server, proxy, f"http://127.0.0.1:{c.proxy_port}/"
+
+    def stage_grpo(self) -> dict[str, Any]:
+        from textwm.models.tiny import build_tiny_checkpoint, chat_texts
+
+        c = self.config
+        agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + read_jsonl(
+            self.path("data", "sft_train.jsonl"), allow_empty=True).rows
+        build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,
+                              vocab_size=c.vocab_size, seed=c.seed + 1)
+        server, proxy, endpoint = self._stack()
+        out = self.path("grpo")
+        shutil.rmtree(out, ignore_errors=True)
+        env = {**os.environ, "MODEL_PATH": str(self.path("agent_init")), "MODEL_TYPE": "qwen3", "TEMPLATE": "qwen3",
+               "WM_ENDPOINT": endpoint, "WM_MAX_TOKENS": str(c.gen_length), "DATA": str(self.path("data", "rl_train.jsonl")),
+               "OUTPUT_DIR": str(out), "NUM_GPUS": "0", "NUM_GENERATIONS": "2", "PER_DEVICE_TRAIN_BATCH_SIZE": "2",
+               "GRAD_ACCUM_STEPS": "1", "MAX_TURNS": str(c.grpo_turns), "MAX_COMPLETION_LENGTH": "16",
+               "MAX_LENGTH": "4096", "SAVE_STEPS": str(c.grpo_steps), "REPORT_TO": "none", "DATASET_NUM_PROC": "1",
+               "DATALOADER_NUM_WORKERS": "0", "SWIFT": str(Path(sys.executable).parent / "swift")}
+        try:
+            with open(self.path("grpo.log"), "w") as logf:
+                proc = subprocess.run(["bash", str(REPO / "sciworld" / "run_sciworld_qwen3_grpo.sh"), "--max_steps",
+                                       str(c.grpo_steps)], env=env, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+        finally:
+            proxy.stop()
+            server.stop()
+        if proc.returncode != 0:
+            raise RuntimeError(f"GRPO failed (exit {proc.returncode}); see {self.path('grpo.log')}")
+        (run_dir,) = out.glob("v*-*")
+        logs = [json.loads(line) for line in (run_dir / "logging.jsonl").read_text().splitlines()]
+        steps = [r for r in logs if "rewards/SciWorldReward/mean" in r]
+        checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        shutil.copytree(checkpoint, self.path("agent_grpo"), dirs_exist_ok=True)
+        episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+        return {"reward_per_step": [round(r["rewards/SciWorldReward/mean"], 4) for r in steps],
+                "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
+                "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
+                "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
+                "wm_errors": sum(bool(e["wm_error"]) for e in episodes)}
+
+    # --- 5. agent evaluation and WM fidelity -------------------------------------------------------
+
+    def stage_agent_eval(self) -> dict[str, Any]:
+        from textwm.eval.run_sciworld import SciWorldEvalConfig, run
+
+        c = self.config
+        server, proxy, endpoint = self._stack()
+        results = {}
+        try:
+            for name in ("agent_init", "agent_grpo"):
+                out = run(SciWorldEvalConfig(mode="all", output_dir=str(self.path("agent_eval", name)),
+                                             rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                                             max_turns=c.agent_turns, workers=c.workers,
+                                             agent_path=str(self.path(name)), device="cpu", wm_endpoint=endpoint,
+                                             wm_max_tokens=c.gen_length))
+                results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}
+        finally:
+            proxy.stop()
+            server.stop()
+        return results
+
+    # --- 6. report -----------------------------------------------------------------------------------
+
+    def stage_report(self) -> dict[str, Any]:
+        from textwm.demo_report import render
+
+        text = render(self.config, self.records, self.out)
+        with atomic_write(self.path("report.md")) as f:
+            f.write(text)
+        return {"report": str(self.path("report.md"))}
