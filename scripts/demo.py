@@ -20,6 +20,8 @@ def main() -> int:
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     p.add_argument("--tasks", nargs="+", help=f"ScienceWorld task types (default: {' '.join(defaults.tasks)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
+    p.add_argument("--prompt-style", choices=("full", "compact"),
+                   help=f"WM prompt layout (default: {defaults.prompt_style})")
     p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps})")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")

@@ -48,6 +48,8 @@ class DemoConfig:
     train_variations: int = 3
     test_variations: int = 1
     explore_steps: int = 12
+    #: The compact WM prompt: tiny models learn it in CPU minutes (the full prompt needs far more steps).
+    prompt_style: str = "compact"
     size: str = "tiny"
     vocab_size: int = 1024
     train_steps: int = 300
@@ -127,7 +129,8 @@ class Demo:
         report = build(BuildConfig(out_dir=str(self.path("data")), tasks=c.tasks,
                                    variations={"train": c.train_variations, "dev": 0, "test": c.test_variations},
                                    explore_episodes=1 if c.explore_steps else 0, explore_steps=c.explore_steps,
-                                   workers=c.workers, seed=c.seed, max_turns=c.agent_turns))
+                                   workers=c.workers, seed=c.seed, max_turns=c.agent_turns,
+                                   prompt_style=c.prompt_style))
         test = read_jsonl(self.path("data", "wm_test.jsonl")).rows
         write_jsonl(self.path("data", "eval_test.jsonl"), test[: c.eval_rows])  # eval_generate's file pattern
         return {"transitions": report.transitions, "tasks": list(c.tasks), "eval_rows": min(len(test), c.eval_rows)}

@@ -63,3 +63,25 @@ def test_a_world_model_failure_is_an_error_not_an_observation():
     assert sim.step(ep, "wait1").source == LOCAL            # the responder still works
     with pytest.raises(ValueError, match="needs the local responder"):
         Simulator(None, use_local=False)
+
+
+def test_the_prompt_style_travels_with_the_task():
+    import dataclasses
+
+    from textwm.envs.sciworld.tracker import EpisodeTracker
+    from textwm.envs.sciworld.wm_prompt import wm_messages
+
+    compact = dataclasses.replace(TASK, prompt_style="compact")
+    ep = SciWorldEpisode.start(compact)
+    ep.observe("look around", LOOK, LOCAL)
+    ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
+    q = ep.wm_query("open fridge")
+    system, user = (m["content"] for m in wm_messages(ep.tracker, "open fridge"))
+    assert q.system_prompt == system and system.startswith("ScienceWorld world model. Room: kitchen.")
+    assert user == f"State: {q.state}\n\nAction: open fridge"       # what the proxy rebuilds = the training row
+    assert q.state == "> teleport to kitchen\nYou teleport to the kitchen."  # one history step
+    full = SciWorldEpisode.start(TASK).wm_query("open fridge")
+    assert full.system_prompt.startswith("## ENVIRONMENT STATE")
+    bad = EpisodeTracker(dataclasses.replace(TASK, prompt_style="tiny"))
+    with pytest.raises(ValueError, match="unknown WM prompt style"):
+        wm_messages(bad, "look")

@@ -49,6 +49,8 @@ class BuildConfig:
     workers: int = 2
     seed: int = 0
     max_turns: int = 50
+    #: WM prompt layout of the rows (and of the RL tasks' simulator): "full" or "compact".
+    prompt_style: str = "full"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class Job:
 
 
 def plan(config: BuildConfig) -> list[Job]:
+    from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
+
+    if config.prompt_style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style must be one of {', '.join(PROMPT_STYLES)}, got {config.prompt_style!r}")
     catalog = task_catalog()
     tasks = config.tasks or tuple(sorted(catalog))
     unknown = sorted(set(tasks) - set(catalog))
@@ -102,7 +108,7 @@ def run_job(job: Job, config: BuildConfig) -> dict[str, Any]:
 
     env = _worker_env()
     rng = random.Random(job.seed)
-    task = bake_task(env, job.task_id, gold_path=True)
+    task = dataclasses.replace(bake_task(env, job.task_id, gold_path=True), prompt_style=config.prompt_style)
     gold = env.gold_actions()
     rows, steps, score = [], [], 0.0
     tracker = EpisodeTracker(task)

@@ -21,6 +21,8 @@ def build_main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="worker processes (one JVM each)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-turns", type=int, default=50, help="max_turns of the RL task rows")
+    p.add_argument("--prompt-style", choices=("full", "compact"), default="full",
+                   help="WM prompt layout: full (the paper's sections) or compact (small CPU models)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -30,7 +32,8 @@ def build_main(argv: list[str] | None = None) -> int:
                          variations={"train": args.train_variations, "dev": args.dev_variations,
                                      "test": args.test_variations},
                          explore_episodes=args.explore_episodes, explore_steps=args.explore_steps,
-                         workers=args.workers, seed=args.seed, max_turns=args.max_turns)
+                         workers=args.workers, seed=args.seed, max_turns=args.max_turns,
+                         prompt_style=args.prompt_style)
     try:
         report = build(config)
     except ValueError as exc:

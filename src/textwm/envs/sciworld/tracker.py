@@ -37,6 +37,9 @@ class Task:
     goals: dict = field(default_factory=dict)
     #: Rooms whose start text is the same on every load (the others list objects in random order).
     stable_rooms: list[str] = field(default_factory=list)
+    #: WM prompt layout (:data:`textwm.envs.sciworld.wm_prompt.PROMPT_STYLES`); it travels with the task so
+    #: the simulator queries the world model exactly as its training rows were written.
+    prompt_style: str = "full"
 
     @property
     def connections(self) -> dict[str, list[str]]:

@@ -1,5 +1,9 @@
 """The steerable world-model prompt for ScienceWorld (the sections of the paper's prompts).
 
+Two layouts (``Task.prompt_style``): ``full`` (the sections below; the default) and ``compact`` (the
+room, the inventory and the task only, one history step): small models on a CPU learn the compact
+one in minutes, the full one needs far more training.
+
 ``system`` = ENVIRONMENT STATE (current room and its contents, inventory, room connections),
 TASK CONTEXT, DOMAIN RULES, STEERING DIRECTIVES and the PREDICTION TARGET; ``user`` =
 ``State: <recent history>\\n\\nAction: <action>`` (the layout the WM proxy builds). Everything comes
@@ -9,7 +13,7 @@ episodes) and the simulator (simulated episodes) produce the same prompt for the
 
 from __future__ import annotations
 
-from textwm.envs.sciworld.tracker import EpisodeTracker
+from textwm.envs.sciworld.tracker import HISTORY_STEPS, EpisodeTracker
 
 DOMAIN_RULES = """\
 - teleport to ROOM: "You teleport to the ROOM." go to ROOM works only through a door from here: "You move to the ROOM."
@@ -21,6 +25,9 @@ DOMAIN_RULES = """\
 
 STEERING = ("Use only the rooms, objects and substances ENVIRONMENT STATE lists. Answer with the observation "
             "text only, in the environment's exact wording and layout.")
+
+
+PROMPT_STYLES = ("full", "compact")
 
 
 def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
@@ -35,6 +42,12 @@ def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str
     room_contents = tracker.room_contents() if room_contents is None else room_contents
     inventory = tracker.inventory_text if inventory is None else inventory
     doors = ", ".join(tracker.task.connections.get(room, [])) or "none known"
+    style = tracker.task.prompt_style
+    if style == "compact":
+        return (f"ScienceWorld world model. Room: {room}. Doors to: {doors}. {inventory.strip()}\n"
+                f"Task: {tracker.task.task_description}\nAnswer with the observation only.")
+    if style != "full":
+        raise ValueError(f"unknown WM prompt style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
     return "\n".join([
         "## ENVIRONMENT STATE",
         f"ScienceWorld, 10 rooms. The agent is in the {room}. Task: {tracker.task.task_description}",
@@ -53,7 +66,8 @@ def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str
 
 
 def wm_user_message(tracker: EpisodeTracker, action: str) -> str:
-    return f"State: {tracker.history_text()}\n\nAction: {action}"
+    steps = 1 if tracker.task.prompt_style == "compact" else HISTORY_STEPS
+    return f"State: {tracker.history_text(steps)}\n\nAction: {action}"
 
 
 def wm_messages(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
