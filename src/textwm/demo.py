@@ -83,6 +83,21 @@ class StageRecord:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
+#: Settings that do not change what a run produces, so a resume may use other values.
+_NON_RESULT_SETTINGS = ("out", "wm_port", "proxy_port", "workers")
+
+
+def _result_settings(config: DemoConfig) -> dict[str, Any]:
+    """The settings a finished stage depends on, as they read back from JSON (tuples become lists)."""
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NON_RESULT_SETTINGS}
+    return json.loads(json.dumps(settings))
+
+
+def _changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    keys = (set(saved) | set(current)) - set(_NON_RESULT_SETTINGS)
+    return [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys) if saved.get(k) != current.get(k)]
+
+
 class Demo:
     def __init__(self, config: DemoConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
         self.config = config
@@ -95,15 +110,17 @@ class Demo:
         self.records: dict[str, StageRecord] = {}
         if self.state_file.exists():
             state = json.loads(self.state_file.read_text())
-            if state.get("config") != dataclasses.asdict(config):
-                raise ValueError(f"{self.out} holds a run with other settings; use --fresh or another --out")
+            changed = _changed_settings(state.get("config", {}), _result_settings(config))
+            if changed:
+                raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
+                                 "use --fresh or another --out")
             self.records = {k: StageRecord(**v) for k, v in state["stages"].items()}
 
     def path(self, *parts: str) -> Path:
         return self.out.joinpath(*parts)
 
     def _save(self) -> None:
-        write_json(self.state_file, {"config": dataclasses.asdict(self.config),
+        write_json(self.state_file, {"config": _result_settings(self.config),
                                      "stages": {k: dataclasses.asdict(v) for k, v in self.records.items()}})
 
     def run(self) -> Path:

@@ -38,3 +38,15 @@ def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("done earlier") == 5
+
+
+def test_demo_resume_accepts_same_settings_and_names_changed_ones(tmp_path):
+    from textwm.demo import Demo, DemoConfig
+
+    config = DemoConfig.smoke_test(out=str(tmp_path / "demo"))
+    first = Demo(config, echo=lambda _: None)
+    first._save()
+    # Same settings (tuples read back from JSON as lists), other ports: a resume.
+    Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), wm_port=1, proxy_port=2), echo=lambda _: None)
+    with pytest.raises(ValueError, match=r"train_steps: 40 -> 41"):
+        Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), train_steps=41), echo=lambda _: None)
