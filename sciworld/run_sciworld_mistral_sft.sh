@@ -7,104 +7,21 @@
 # NUM_GPUS=0 runs on CPU in float32, for tiny models only.
 # Runtime: under an hour for a few hundred demos (1 epoch) on 1 GPU.
 #
-# Every knob is an environment variable; extra arguments are appended to the swift command line:
+# This file holds the Mistral defaults only; every other knob, the checks and the swift line are in
+# sciworld/sft.sh. Every knob is an environment variable; extra arguments are appended to the swift
+# command line:
 #
 #   DATA=runs/sciworld_data/sft_train.jsonl bash sciworld/run_sciworld_mistral_sft.sh
 #
 # Checkpoints land in $OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>; pass one as MODEL_PATH to the GRPO script.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_SWIFT="swift"
-[ -x "$ROOT/.venv/bin/swift" ] && DEFAULT_SWIFT="$ROOT/.venv/bin/swift"
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  GPUS_VISIBLE="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
-else
-  GPUS_VISIBLE="$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU' || true)"
-fi
-
-# ── knobs ────────────────────────────────────────────────────────────────────────────────────────
-SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
-MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
-MODEL_TYPE="${MODEL_TYPE:-}"
-TEMPLATE="${TEMPLATE:-llama}"
-USE_HF="${USE_HF:-true}"
-DATA="${DATA:-$ROOT/runs/sciworld_data/sft_train.jsonl}"
-VAL_DATA="${VAL_DATA:-}"
-RUN_NAME="${RUN_NAME:-sciworld_mistral_sft}"
-OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/sciworld/$RUN_NAME}"
-NUM_GPUS="${NUM_GPUS:-$GPUS_VISIBLE}"
-CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NUM_GPUS - 1)))}"
-MASTER_PORT="${MASTER_PORT:-29500}"
-TORCH_DTYPE="${TORCH_DTYPE:-$([ "$NUM_GPUS" -gt 0 ] && echo bfloat16 || echo float32)}"
-DEEPSPEED="${DEEPSPEED:-$([ "$NUM_GPUS" -gt 1 ] && echo zero2 || echo none)}"
-MAX_LENGTH="${MAX_LENGTH:-8192}"
-EPOCHS="${EPOCHS:-1}"
-PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
-GRAD_ACCUM_STEPS="${GRAD_ACCUM_STEPS:-4}"
-LR="${LR:-2e-6}"
-LR_SCHED="${LR_SCHED:-cosine}"
-WARMUP_RATIO="${WARMUP_RATIO:-0.1}"
-MAX_GRAD_NORM="${MAX_GRAD_NORM:-1.0}"
-GRADIENT_CHECKPOINTING="${GRADIENT_CHECKPOINTING:-$([ "$NUM_GPUS" -gt 0 ] && echo true || echo false)}"
-SAVE_STEPS="${SAVE_STEPS:-5}"
-SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-3}"
-LOGGING_STEPS="${LOGGING_STEPS:-1}"
-DATASET_NUM_PROC="${DATASET_NUM_PROC:-4}"
-DATALOADER_NUM_WORKERS="${DATALOADER_NUM_WORKERS:-4}"
-REPORT_TO="${REPORT_TO:-$([ -n "${WANDB_API_KEY:-}" ] && echo wandb || echo none)}"
-CHECK_MODEL="${CHECK_MODEL:-false}"
-SEED="${SEED:-42}"
-
-# ── checks and derived flags ─────────────────────────────────────────────────────────────────────
-if [ ! -f "$DATA" ]; then
-  echo "run_sciworld_mistral_sft.sh: DATA '$DATA' not found. Build demonstrations from the real env with" \
-       "python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data, or point DATA at a chat JSONL." >&2
-  exit 2
-fi
-OPTIONAL=()
-[ -n "$MODEL_TYPE" ] && OPTIONAL+=(--model_type "$MODEL_TYPE")
-[ -n "$VAL_DATA" ] && OPTIONAL+=(--val_dataset "$VAL_DATA")
-[ "$DEEPSPEED" != "none" ] && OPTIONAL+=(--deepspeed "$DEEPSPEED")
-if [ "$NUM_GPUS" -gt 1 ]; then
-  export NPROC_PER_NODE="$NUM_GPUS" MASTER_PORT   # swift re-launches itself under torchrun
-else
-  unset NPROC_PER_NODE
-fi
-if [ "$NUM_GPUS" -eq 0 ]; then
-  CUDA_VISIBLE_DEVICES=""
-  echo "run_sciworld_mistral_sft.sh: warning: no GPU (NUM_GPUS=0): CPU run in $TORCH_DTYPE; only tiny models are practical" >&2
-fi
-export CUDA_VISIBLE_DEVICES PYTHONUNBUFFERED=1
-export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
-echo "run_sciworld_mistral_sft.sh: $MODEL_PATH on $DATA -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_DTYPE"
-
-"$SWIFT" sft \
-  --model "$MODEL_PATH" \
-  --template "$TEMPLATE" \
-  --use_hf "$USE_HF" \
-  --check_model "$CHECK_MODEL" \
-  --tuner_type full \
-  --dataset "$DATA" \
-  --split_dataset_ratio 0 \
-  --torch_dtype "$TORCH_DTYPE" \
-  --max_length "$MAX_LENGTH" \
-  --num_train_epochs "$EPOCHS" \
-  --per_device_train_batch_size "$PER_DEVICE_TRAIN_BATCH_SIZE" \
-  --gradient_accumulation_steps "$GRAD_ACCUM_STEPS" \
-  --learning_rate "$LR" \
-  --lr_scheduler_type "$LR_SCHED" \
-  --warmup_ratio "$WARMUP_RATIO" \
-  --max_grad_norm "$MAX_GRAD_NORM" \
-  --gradient_checkpointing "$GRADIENT_CHECKPOINTING" \
-  --save_steps "$SAVE_STEPS" \
-  --save_total_limit "$SAVE_TOTAL_LIMIT" \
-  --logging_steps "$LOGGING_STEPS" \
-  --dataset_num_proc "$DATASET_NUM_PROC" \
-  --dataloader_num_workers "$DATALOADER_NUM_WORKERS" \
-  --report_to "$REPORT_TO" \
-  --run_name "$RUN_NAME" \
-  --seed "$SEED" \
-  --output_dir "$OUTPUT_DIR" \
-  "${OPTIONAL[@]}" \
-  "$@"
+export MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
+export TEMPLATE="${TEMPLATE:-llama}"
+export RUN_NAME="${RUN_NAME:-sciworld_mistral_sft}"
+export EPOCHS="${EPOCHS:-1}"
+export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
+export LR="${LR:-2e-6}"
+export SAVE_STEPS="${SAVE_STEPS:-5}"
+export LAUNCHER="${BASH_SOURCE[0]##*/}"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/sft.sh" "$@"
