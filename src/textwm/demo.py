@@ -52,8 +52,8 @@ class DemoConfig:
     prompt_style: str = "compact"
     size: str = "tiny"
     vocab_size: int = 1024
-    train_steps: int = 300
-    batch_size: int = 4
+    train_steps: int = 1200
+    batch_size: int = 8
     learning_rate: float = 3e-3
     cutoff_len: int = 2048
     eval_rows: int = 120
