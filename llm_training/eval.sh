@@ -14,13 +14,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_SWIFT="swift"
-[ -x "$ROOT/.venv/bin/swift" ] && DEFAULT_SWIFT="$ROOT/.venv/bin/swift"
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  GPUS_VISIBLE="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
-else
-  GPUS_VISIBLE="$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU' || true)"
-fi
+source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -63,15 +57,7 @@ OPTIONAL=()
 [ -n "$MODEL_TYPE" ] && OPTIONAL+=(--model_type "$MODEL_TYPE")
 [ -n "$TEMPLATE" ] && OPTIONAL+=(--template "$TEMPLATE")
 [ "$DEEPSPEED" != "none" ] && OPTIONAL+=(--deepspeed "$DEEPSPEED")
-if [ "$NUM_GPUS" -gt 1 ]; then
-  export NPROC_PER_NODE="$NUM_GPUS" MASTER_PORT   # swift re-launches itself under torchrun
-else
-  unset NPROC_PER_NODE
-fi
-if [ "$NUM_GPUS" -eq 0 ]; then
-  export CUDA_VISIBLE_DEVICES=""
-  echo "eval.sh: warning: no GPU (NUM_GPUS=0): CPU eval in $TORCH_DTYPE with $ATTN_IMPL attention" >&2
-fi
+use_gpus eval.sh "CPU eval in $TORCH_DTYPE with $ATTN_IMPL attention"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUTPUT_DIR"
 SUMMARY="$OUTPUT_DIR/eval_loss.tsv"

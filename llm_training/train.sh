@@ -16,13 +16,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_SWIFT="swift"
-[ -x "$ROOT/.venv/bin/swift" ] && DEFAULT_SWIFT="$ROOT/.venv/bin/swift"
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  GPUS_VISIBLE="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
-else
-  GPUS_VISIBLE="$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU' || true)"
-fi
+source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -76,16 +70,7 @@ OPTIONAL=()
 [ -n "$TEMPLATE" ] && OPTIONAL+=(--template "$TEMPLATE")
 [ -n "$VAL_FILE" ] && OPTIONAL+=(--val_dataset "$VAL_FILE")
 [ "$DEEPSPEED" != "none" ] && OPTIONAL+=(--deepspeed "$DEEPSPEED")
-if [ "$NUM_GPUS" -gt 1 ]; then
-  export NPROC_PER_NODE="$NUM_GPUS" MASTER_PORT   # swift re-launches itself under torchrun
-else
-  unset NPROC_PER_NODE
-fi
-if [ "$NUM_GPUS" -eq 0 ]; then
-  export CUDA_VISIBLE_DEVICES=""
-  echo "train.sh: warning: no GPU (NUM_GPUS=0): CPU run in $TORCH_DTYPE with $ATTN_IMPL attention," \
-       "packing=$PACKING; only tiny models are practical" >&2
-fi
+use_gpus train.sh "CPU run in $TORCH_DTYPE with $ATTN_IMPL attention, packing=$PACKING"
 export PYTHONUNBUFFERED=1
 echo "train.sh: $MODEL on $TRAIN_FILE (val: ${VAL_FILE:-none}) -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_DTYPE, $ATTN_IMPL"
 

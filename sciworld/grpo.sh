@@ -21,13 +21,7 @@ set -euo pipefail
 
 LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"   # the script the user ran, for messages
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_SWIFT="swift"
-[ -x "$ROOT/.venv/bin/swift" ] && DEFAULT_SWIFT="$ROOT/.venv/bin/swift"
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  GPUS_VISIBLE="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
-else
-  GPUS_VISIBLE="$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU' || true)"
-fi
+source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -90,16 +84,7 @@ if [ "$USE_VLLM" = true ]; then
   OPTIONAL+=(--vllm_mode "$VLLM_MODE" --vllm_gpu_memory_utilization "$VLLM_GPU_MEMORY_UTILIZATION"
              --vllm_max_model_len "$VLLM_MAX_MODEL_LEN" --sleep_level "$SLEEP_LEVEL")
 fi
-if [ "$NUM_GPUS" -gt 1 ]; then
-  export NPROC_PER_NODE="$NUM_GPUS" MASTER_PORT   # swift re-launches itself under torchrun
-else
-  unset NPROC_PER_NODE
-fi
-if [ "$NUM_GPUS" -eq 0 ]; then
-  CUDA_VISIBLE_DEVICES=""
-  echo "$LAUNCHER: warning: no GPU (NUM_GPUS=0): CPU run in $TORCH_DTYPE without vLLM;" \
-       "only tiny models are practical" >&2
-fi
+use_gpus "$LAUNCHER" "CPU run in $TORCH_DTYPE without vLLM"
 export CUDA_VISIBLE_DEVICES WM_ENDPOINT SCIWORLD_WM_GUARD PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 echo "$LAUNCHER: $MODEL_PATH on $DATA, WM $WM_ENDPOINT (guard $SCIWORLD_WM_GUARD) -> $OUTPUT_DIR;" \

@@ -21,13 +21,7 @@ set -euo pipefail
 
 LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"   # the script the user ran, for messages
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEFAULT_SWIFT="swift"
-[ -x "$ROOT/.venv/bin/swift" ] && DEFAULT_SWIFT="$ROOT/.venv/bin/swift"
-if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-  GPUS_VISIBLE="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
-else
-  GPUS_VISIBLE="$( (command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null) | grep -c '^GPU' || true)"
-fi
+source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -72,15 +66,7 @@ OPTIONAL=()
 [ -n "$MODEL_TYPE" ] && OPTIONAL+=(--model_type "$MODEL_TYPE")
 [ -n "$VAL_DATA" ] && OPTIONAL+=(--val_dataset "$VAL_DATA")
 [ "$DEEPSPEED" != "none" ] && OPTIONAL+=(--deepspeed "$DEEPSPEED")
-if [ "$NUM_GPUS" -gt 1 ]; then
-  export NPROC_PER_NODE="$NUM_GPUS" MASTER_PORT   # swift re-launches itself under torchrun
-else
-  unset NPROC_PER_NODE
-fi
-if [ "$NUM_GPUS" -eq 0 ]; then
-  CUDA_VISIBLE_DEVICES=""
-  echo "$LAUNCHER: warning: no GPU (NUM_GPUS=0): CPU run in $TORCH_DTYPE; only tiny models are practical" >&2
-fi
+use_gpus "$LAUNCHER" "CPU run in $TORCH_DTYPE"
 export CUDA_VISIBLE_DEVICES PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
 echo "$LAUNCHER: $MODEL_PATH on $DATA -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_DTYPE"
