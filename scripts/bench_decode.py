@@ -1,9 +1,12 @@
-"""Decode throughput of the SDAR decoder vs HF `generate` (AR) on the *same* random weights (GPU).
+"""Decode throughput of the SDAR and WeDLM decoders vs HF `generate` (AR) on the *same* random weights (GPU).
 
 A random model of a named shape (default: Qwen3-8B, bf16) decodes random prompts of PROMPT_LEN
-tokens for NEW_TOKENS tokens at each batch size; SDAR with block 4 and 1 and 4 denoising steps,
-AR with HF generate's default dynamic KV cache, greedy. Stop ids are disabled so every row
-generates exactly NEW_TOKENS tokens. Prints one line per configuration and writes JSON.
+tokens for NEW_TOKENS tokens at each batch size; SDAR with block 4 and 1 and 4 denoising steps;
+WeDLM streaming decoding with a window of 16 at two entropy thresholds that bound its speed on
+random weights (whose entropy is ~log V): 0.4, the default, fills one mask per forward (its
+slowest), and 1000 fills every mask at once (its fastest: a window per two forwards); AR with HF
+generate's default dynamic KV cache; all greedy. Stop ids are disabled so every row generates
+exactly NEW_TOKENS tokens. Prints one line per configuration and writes JSON.
 
     python scripts/bench_decode.py --size qwen3-8b --batch-sizes 1 32 --out runs/bench_decode.json
 """
@@ -17,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from textwm.generation.sdar import DecodeSettings, SDARDecoder
+from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 from textwm.models.tiny import tiny_config
 
@@ -30,6 +34,8 @@ def main() -> int:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--block-length", type=int, default=4)
     p.add_argument("--steps", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--window", type=int, default=16, help="WeDLM window")
+    p.add_argument("--entropy-thresholds", type=float, nargs="+", default=[0.4, 1000.0])
     p.add_argument("--out", default="runs/bench_decode.json")
     args = p.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
@@ -45,6 +51,7 @@ def main() -> int:
     spec = ModelSpec(path="random", family="sdar", model_type="sdar", block_size=args.block_length,
                      mask_token_id=mask_id, stop_ids=(), pad_token_id=0)
     sdar = SDARDecoder(model, spec)
+    wedlm = WeDLMDecoder(model, ModelSpec(**{**spec.__dict__, "family": "wedlm"}))
     print(f"{args.size}: {n_params / 1e9:.2f}B parameters, {weight_bytes / 1e9:.1f} GB bf16, "
           f"{torch.cuda.get_device_name()}", flush=True)
     results = []
@@ -78,6 +85,16 @@ def main() -> int:
             results.append({"decoder": "sdar", "batch": bsz, "steps": steps, "seconds": secs,
                             "tokens_per_s": n_tok / secs, "forwards": gens[0].num_forwards})
             print(f"SDAR block {args.block_length} steps {steps} batch {bsz:3d}: {n_tok / secs:9.1f} tok/s "
+                  f"({secs:.2f} s, {gens[0].num_forwards} forwards)", flush=True)
+        for threshold in args.entropy_thresholds:
+            settings = DecodeSettings(gen_length=args.new_tokens, temperature=0, window_size=args.window,
+                                      entropy_threshold=threshold)
+            wedlm.generate([x[:16] for x in prompts], DecodeSettings(gen_length=8, temperature=0))
+            gens, secs = timed(lambda settings=settings, prompts=prompts: wedlm.generate(prompts, settings))
+            n_tok = sum(len(g.token_ids) for g in gens)
+            results.append({"decoder": "wedlm", "batch": bsz, "window": args.window, "entropy_threshold": threshold,
+                            "seconds": secs, "tokens_per_s": n_tok / secs, "forwards": gens[0].num_forwards})
+            print(f"WeDLM window {args.window} tau {threshold:g} batch {bsz:3d}: {n_tok / secs:9.1f} tok/s "
                   f"({secs:.2f} s, {gens[0].num_forwards} forwards)", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

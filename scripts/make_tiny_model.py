@@ -19,9 +19,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--family", choices=("ar", "sdar"), default="sdar")
+    p.add_argument("--family", choices=("ar", "sdar", "wedlm"), default="sdar")
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    p.add_argument("--block-size", type=int, default=4, help="SDAR block size")
+    p.add_argument("--block-size", type=int, default=4, help="SDAR block size; WeDLM masking block")
     p.add_argument("--texts", nargs="+", default=[str(SAMPLE)],
                    help="chat JSONL files to train the tokenizer on")
     p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")

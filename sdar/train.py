@@ -1,4 +1,4 @@
-"""Supervised fine-tuning of a world model, objective `ar` or `sdar` (one trainer, HF Trainer based).
+"""Supervised fine-tuning of a world model, objective `ar`, `sdar` or `wedlm` (one trainer, HF Trainer based).
 
 Launch with torchrun through sdar/train_sft.sh, or directly:
     python sdar/train.py --config sdar/configs/tiny_cpu.yaml            # tiny CPU run (~1 min)

@@ -66,6 +66,15 @@ def tiny_sdar_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_wedlm_dir(tmp_path_factory) -> Path:
+    """A random tiny WeDLM checkpoint (Qwen3 + mask token, masking block 8)."""
+    from textwm.models.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_wedlm"), TINY_CORPUS, family="wedlm", block_size=8,
+                                 vocab_size=400, seed=2)
+
+
+@pytest.fixture(scope="session")
 def tiny_ar_dir(tmp_path_factory) -> Path:
     from textwm.models.tiny import build_tiny_checkpoint
 

@@ -17,9 +17,9 @@ def _rows(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("family", ["sdar", "ar"])
-def test_eval_generate_writes_the_papers_rows(family, tiny_sdar_dir, tiny_ar_dir, data_dir, tmp_path):
-    model = tiny_sdar_dir if family == "sdar" else tiny_ar_dir
+@pytest.mark.parametrize("family", ["sdar", "ar", "wedlm"])
+def test_eval_generate_writes_the_papers_rows(family, request, data_dir, tmp_path):
+    model = request.getfixturevalue(f"tiny_{family}_dir")
     out = tmp_path / "out"
     res = run_script("sdar/eval_generate.py", "--model-path", str(model), "--data-dir", str(data_dir),
                      "--datasets", "test", "ood", "--output-dir", str(out), "--num-gpus", "1", "--per-batch", "3",

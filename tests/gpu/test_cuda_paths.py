@@ -3,10 +3,12 @@
 import pytest
 import torch
 
+from tests.generation import wedlm_reference
 from tests.generation.sdar_reference import reference_generate
 from textwm.generation.sdar import DecodeSettings, SDARDecoder
+from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import load_model
-from textwm.training.objectives import SDARObjective
+from textwm.training.objectives import SDARObjective, WeDLMObjective
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -45,4 +47,31 @@ def test_gpu_decoding_equals_the_reference(tiny_sdar_dir):
         for p, g in zip(prompts, got):
             ref = reference_generate(cpu.model, p, mask_id=lm.spec.mask_token_id, stop_ids=lm.spec.stop_ids,
                                      settings=settings)
+            assert g.token_ids == ref
+
+
+def test_wedlm_flex_attention_loss_equals_dense_sdpa_loss(tiny_wedlm_dir):
+    lm = load_model(tiny_wedlm_dir, device="cuda", dtype="float32", attn_implementation="flex_attention")
+    dense = load_model(tiny_wedlm_dir, device="cuda", dtype="float32", attn_implementation="sdpa")
+    pad, mask_id = lm.tokenizer.pad_token_id, lm.spec.mask_token_id
+    flex_obj = WeDLMObjective(attn_implementation="flex_attention", pad_token_id=pad, mask_token_id=mask_id,
+                              noise_block=8)
+    sdpa_obj = WeDLMObjective(attn_implementation="sdpa", pad_token_id=pad, mask_token_id=mask_id, noise_block=8)
+    batch = _batch(flex_obj, pad)
+    loss_flex = flex_obj.loss(lm.model, batch)
+    loss_flex.backward()
+    assert loss_flex.item() == pytest.approx(sdpa_obj.loss(dense.model, batch).item(), rel=1e-4)
+
+
+def test_wedlm_gpu_decoding_equals_the_reference(tiny_wedlm_dir):
+    lm = load_model(tiny_wedlm_dir, device="cuda", dtype="float32")
+    cpu = load_model(tiny_wedlm_dir, device="cpu", dtype="float32")
+    prompts = [[11, 12, 13, 14, 15], list(range(20, 37)), [40, 41, 42]]
+    for window, threshold in ((4, 6.2), (16, 100.0)):
+        settings = DecodeSettings(gen_length=12, temperature=0, window_size=window, entropy_threshold=threshold,
+                                  position_penalty=0.3)
+        got = WeDLMDecoder(lm.model, lm.spec).generate(prompts, settings)
+        for p, g in zip(prompts, got):
+            ref = wedlm_reference.reference_generate(cpu.model, p, mask_id=lm.spec.mask_token_id,
+                                                     stop_ids=lm.spec.stop_ids, settings=settings)
             assert g.token_ids == ref

@@ -6,7 +6,8 @@ import pytest
 from tests.conftest import run_script, write_lines
 
 ENTRY_POINTS = ["sdar/evaluate.py", "wedlm/evaluate.py", "llm_training/evaluate.py", "sdar/prepare_data.py",
-                "wedlm/prepare_data.py", "llm_training/prepare_data.py"]
+                "wedlm/prepare_data.py", "llm_training/prepare_data.py", "sdar/train.py", "wedlm/train.py",
+                "sdar/eval_generate.py", "wedlm/eval_generate.py", "scripts/wm_server.py", "scripts/wm_proxy.py"]
 HEAVY = ("torch", "transformers", "datasets", "sentence_transformers", "mauve", "vllm", "lmdeploy", "swift")
 
 

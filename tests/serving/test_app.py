@@ -144,3 +144,12 @@ def test_batching_serves_concurrent_requests_together(loaded):
     responses = asyncio.run(burst())
     assert all(r.status_code == 200 for r in responses)
     assert engine.metrics.batches < 8  # requests with different max_tokens still share batches
+
+
+def test_a_wedlm_checkpoint_is_served_with_its_streaming_decoder(tiny_wedlm_dir):
+    engine = _engine(load_model(tiny_wedlm_dir, device="cpu", dtype="float32"))
+    with TestClient(create_app(engine)) as c:
+        r = c.post("/v1/chat/completions", json={"model": "tiny-wm", "messages": MSG, "max_tokens": 6, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] > 0
+        assert c.get("/v1/models").json()["data"][0]["family"] == "wedlm"

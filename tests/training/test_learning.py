@@ -1,4 +1,4 @@
-"""Short CPU runs: a tiny AR and a tiny SDAR world model both beat their untrained selves on EM."""
+"""Short CPU runs: tiny AR, SDAR and WeDLM world models all beat their untrained selves on EM."""
 
 import pytest
 
@@ -23,7 +23,7 @@ def _exact_match(model_dir, rows) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("family", "steps"), [("ar", 200), ("sdar", 600)])
+@pytest.mark.parametrize(("family", "steps"), [("ar", 200), ("sdar", 600), ("wedlm", 400)])
 def test_short_training_beats_untrained_on_exact_match(family, steps, tmp_path):
     train_rows, test_rows = transitions(400, seed=0), transitions(40, seed=1)
     data = write_lines(tmp_path / "train.jsonl", train_rows)

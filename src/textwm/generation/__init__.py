@@ -2,3 +2,6 @@
 
 This package's ``__init__`` imports nothing heavy; decoders import torch in their own modules.
 """
+
+#: SDAR remasking strategies (:mod:`textwm.generation.remasking`); here so CLIs list them without torch.
+STRATEGIES = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded")

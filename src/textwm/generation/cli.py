@@ -8,11 +8,12 @@ import sys
 
 
 def build_parser(prog: str | None = None, description: str = "") -> argparse.ArgumentParser:
-    from textwm.generation.remasking import STRATEGIES
+    from textwm.generation import STRATEGIES
 
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-path", required=True, help="checkpoint folder: SDAR (block diffusion) or any causal LM")
+    p.add_argument("--model-path", required=True,
+                   help="checkpoint folder: SDAR (block diffusion), WeDLM (streaming decoding) or any causal LM")
     p.add_argument("--data-dir", required=True, help="folder of the evaluation files")
     p.add_argument("--datasets", nargs="+", required=True, metavar="NAME", help="dataset names")
     p.add_argument("--file-pattern", default="eval_{name}.jsonl", help="file name in --data-dir (default: %(default)s)")
@@ -31,10 +32,15 @@ def build_parser(prog: str | None = None, description: str = "") -> argparse.Arg
                    help="low_confidence_dynamic threshold (default: %(default)s)")
     p.add_argument("--remasking-strategy", choices=STRATEGIES, default="low_confidence_dynamic")
     p.add_argument("--entropy-budget", type=float, default=0.5, help="entropy_bounded budget in nats (default: %(default)s)")
+    p.add_argument("--window-size", type=int, default=16, help="WeDLM decoding window (default: %(default)s)")
+    p.add_argument("--entropy-threshold", type=float, default=0.4,
+                   help="WeDLM: fill masks with entropy + penalty * distance below this (default: %(default)s)")
+    p.add_argument("--position-penalty", type=float, default=0.02,
+                   help="WeDLM: entropy penalty per slot after the first mask (default: %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: unseeded)")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     p.add_argument("--mask-token-id", type=int, default=None,
-                   help="for SDAR checkpoints whose config.json lacks mask_token_id")
+                   help="for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
     return p
 
 

@@ -1,4 +1,4 @@
-"""Choose the decoder of a checkpoint's family (WeDLM's streaming decoder joins here)."""
+"""Choose the decoder of a checkpoint's family."""
 
 from __future__ import annotations
 
@@ -6,13 +6,18 @@ from typing import Any
 
 from textwm.generation.ar import ARDecoder
 from textwm.generation.sdar import DecodeSettings, Generation, SDARDecoder
+from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 
-__all__ = ["ARDecoder", "DecodeSettings", "Generation", "SDARDecoder", "make_decoder"]
+__all__ = ["ARDecoder", "DecodeSettings", "Generation", "SDARDecoder", "WeDLMDecoder", "make_decoder"]
+
+Decoder = ARDecoder | SDARDecoder | WeDLMDecoder
 
 
-def make_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None) -> ARDecoder | SDARDecoder:
-    """SDAR block diffusion for ``spec.family == "sdar"``, else left-to-right AR decoding."""
+def make_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None) -> Decoder:
+    """SDAR block diffusion, WeDLM streaming parallel decoding, or left-to-right AR, by ``spec.family``."""
     if spec.family == "sdar":
         return SDARDecoder(model, spec, pad_token_id=pad_token_id)
+    if spec.family == "wedlm":
+        return WeDLMDecoder(model, spec, pad_token_id=pad_token_id)
     return ARDecoder(model, spec, pad_token_id=pad_token_id)

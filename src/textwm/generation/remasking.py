@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
-STRATEGIES = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded")
+from textwm.generation import STRATEGIES
+
+__all__ = ["STRATEGIES", "select_transfer", "transfer_schedule"]
 
 
 def transfer_schedule(block_length: int, steps: int) -> list[int]:

@@ -45,6 +45,9 @@ class EvalGenerateConfig:
     confidence_threshold: float = 0.85
     remasking_strategy: str = "low_confidence_dynamic"
     entropy_budget: float = 0.5
+    window_size: int = 16
+    entropy_threshold: float = 0.4
+    position_penalty: float = 0.02
     seed: int | None = None
     dtype: str = "auto"
     mask_token_id: int | None = None
@@ -56,7 +59,8 @@ class EvalGenerateConfig:
                               top_p=self.top_p, block_length=self.block_length,
                               denoising_steps=self.denoising_steps, remasking_strategy=self.remasking_strategy,
                               confidence_threshold=self.confidence_threshold, entropy_budget=self.entropy_budget,
-                              seed=self.seed)
+                              window_size=self.window_size, entropy_threshold=self.entropy_threshold,
+                              position_penalty=self.position_penalty, seed=self.seed)
 
 
 @dataclass

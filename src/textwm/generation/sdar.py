@@ -49,6 +49,11 @@ class DecodeSettings:
     #: >1 discourages tokens already in the prompt or the output (1.0: off).
     repetition_penalty: float = 1.0
     seed: int | None = None
+    #: WeDLM streaming decoding: slots decoded in parallel after the committed prefix.
+    window_size: int = 16
+    #: WeDLM: a mask is filled when entropy + position_penalty * (distance to the first mask) < this.
+    entropy_threshold: float = 0.4
+    position_penalty: float = 0.02
 
     def __post_init__(self) -> None:
         if self.gen_length < 1:
@@ -61,6 +66,11 @@ class DecodeSettings:
             raise ValueError(f"denoising_steps must be >= 1, got {self.denoising_steps}")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+        if self.entropy_threshold < 0 or self.position_penalty < 0:
+            raise ValueError("entropy_threshold and position_penalty must be >= 0, got "
+                             f"{self.entropy_threshold} and {self.position_penalty}")
         if self.remasking_strategy not in STRATEGIES:
             raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
                              f"choose one of {', '.join(STRATEGIES)}")

@@ -1,11 +1,14 @@
 """Loading, saving and converting world-model checkpoints.
 
-Two families share one interface:
+Three families share one interface:
 
 * ``ar``: any Hugging Face causal LM (Qwen3, Qwen2, Llama, ...), decoded left to right;
 * ``sdar``: a block-diffusion model. Qwen3-based ones carry ``model_type: "sdar"`` (the SDAR
   release format, see :mod:`textwm.models.sdar`); other architectures keep their model type and
   add ``"diffusion": "sdar"``. Both add ``block_size`` and ``mask_token_id`` to ``config.json``.
+* ``wedlm``: a causal LM trained to recover masks under causal attention (WeDLM); it keeps its
+  architecture and model type and adds ``"diffusion": "wedlm"``, ``mask_token_id`` and
+  ``block_size`` (the training block of the masking ratios).
 
 The family, block size, mask token and stop ids are read from the checkpoint (never hard-coded)
 into a :class:`ModelSpec`; decoders and trainers take their settings from it.
@@ -22,8 +25,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("ar", "sdar")
-#: config.json marker of a block-diffusion checkpoint whose architecture is not Qwen3.
+FAMILIES = ("ar", "sdar", "wedlm")
+#: config.json marker: "sdar" for a block-diffusion checkpoint whose architecture is not Qwen3,
+#: "wedlm" for a WeDLM checkpoint (any architecture).
 DIFFUSION_FIELD = "diffusion"
 MASK_TOKEN = "<|MASK|>"
 
@@ -117,6 +121,7 @@ def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> M
     config = _read_json(local / "config.json")
     model_type = str(config.get("model_type", ""))
     is_sdar = model_type == "sdar" or config.get(DIFFUSION_FIELD) == "sdar"
+    is_wedlm = config.get(DIFFUSION_FIELD) == "wedlm"
     if model_type == "sdar_moe":
         raise CheckpointError(f"{local}: SDAR MoE checkpoints are not supported yet")
     gen_path = local / "generation_config.json"
@@ -127,7 +132,8 @@ def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> M
     block = config.get("block_size")
     if is_sdar and block is None:
         log.warning("%s: config.json has no block_size; the block length is taken from the caller", local)
-    return ModelSpec(path=str(local), family="sdar" if is_sdar else "ar", model_type=model_type,
+    family = "sdar" if is_sdar else "wedlm" if is_wedlm else "ar"
+    return ModelSpec(path=str(local), family=family, model_type=model_type,
                      block_size=int(block) if block is not None else None,
                      mask_token_id=int(mask) if mask is not None else None, stop_ids=tuple(dict.fromkeys(stops)),
                      pad_token_id=config.get("pad_token_id"))
@@ -181,6 +187,34 @@ def load_model(path: str | os.PathLike, *, device: str = "auto", dtype: str = "a
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec)
 
 
+def add_mask_token(model: Any, tokenizer: Any) -> int:
+    """Give the tokenizer a mask token (``<|MASK|>`` unless it has one) and the model an embedding
+    row for it (new rows = mean of the old ones); returns its id."""
+    if tokenizer.mask_token is None:
+        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
+    mask_id = int(tokenizer.mask_token_id)
+    if mask_id >= model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return mask_id
+
+
+def convert_to_wedlm(model: Any, tokenizer: Any, block_size: int) -> int:
+    """Mark a causal LM (in memory) as a WeDLM checkpoint; returns the mask id.
+
+    The architecture and model type stay (WeDLM decodes with ordinary causal attention): only a
+    mask token and the ``diffusion``/``mask_token_id``/``block_size`` config fields are added.
+    """
+    if block_size < 1:
+        raise CheckpointError(f"block_size must be >= 1, got {block_size}")
+    if getattr(model.config, "model_type", None) == "sdar":
+        as_autoregressive(model)
+    mask_id = add_mask_token(model, tokenizer)
+    model.config.block_size = block_size
+    model.config.mask_token_id = mask_id
+    setattr(model.config, DIFFUSION_FIELD, "wedlm")
+    return mask_id
+
+
 def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> int:
     """Turn a causal LM (in memory) into an SDAR block-diffusion checkpoint; returns the mask id.
 
@@ -194,11 +228,9 @@ def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> i
 
     if block_size < 1:
         raise CheckpointError(f"block_size must be >= 1, got {block_size}")
-    if tokenizer.mask_token is None:
-        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
-    mask_id = int(tokenizer.mask_token_id)
-    if mask_id >= model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    if getattr(model.config, DIFFUSION_FIELD, None) == "wedlm":
+        as_autoregressive(model)
+    mask_id = add_mask_token(model, tokenizer)
     if model.config.model_type in ("qwen3", "sdar"):
         config = SDARConfig(**{k: v for k, v in model.config.to_dict().items()
                                if k not in ("model_type", "architectures", "transformers_version")})
@@ -215,7 +247,7 @@ def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> i
 
 
 def as_autoregressive(model: Any) -> None:
-    """Drop the SDAR marker so a checkpoint trained with the AR objective saves as an AR model."""
+    """Drop the SDAR / WeDLM marker so a checkpoint trained with the AR objective saves as an AR model."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if getattr(model.config, "model_type", None) == "sdar":
@@ -226,6 +258,9 @@ def as_autoregressive(model: Any) -> None:
         model.__class__ = Qwen3ForCausalLM
     elif hasattr(model.config, DIFFUSION_FIELD):
         delattr(model.config, DIFFUSION_FIELD)
+        for name in ("block_size", "mask_token_id"):
+            if hasattr(model.config, name):
+                delattr(model.config, name)
 
 
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_size: int) -> Path:

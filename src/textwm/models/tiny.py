@@ -82,9 +82,11 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_t
 def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: int = 4,
                 mask_token_id: int | None = None, pad_token_id: int | None = None,
                 eos_token_id: int | list[int] | None = None, max_position_embeddings: int = 40960) -> Any:
-    """A Qwen3 (``family="ar"``) or SDAR (``"sdar"``) config of a named :data:`SIZES` shape."""
+    """A Qwen3 (``family="ar"``), SDAR (``"sdar"``) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM
+    fields) config of a named :data:`SIZES` shape."""
     from transformers import Qwen3Config
 
+    from textwm.models.checkpoint import DIFFUSION_FIELD
     from textwm.models.sdar import SDARConfig
 
     if size not in SIZES:
@@ -98,7 +100,14 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: i
         if mask_token_id is None:
             raise ValueError("an SDAR config needs mask_token_id")
         return SDARConfig(block_size=block_size, mask_token_id=mask_token_id, **common)
-    raise ValueError(f"family must be 'ar' or 'sdar', got {family!r}")
+    if family == "wedlm":
+        if mask_token_id is None:
+            raise ValueError("a WeDLM config needs mask_token_id")
+        config = Qwen3Config(**common)
+        config.block_size, config.mask_token_id = block_size, mask_token_id
+        setattr(config, DIFFUSION_FIELD, "wedlm")
+        return config
+    raise ValueError(f"family must be 'ar', 'sdar' or 'wedlm', got {family!r}")
 
 
 def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
@@ -137,7 +146,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
     ``vocab_size`` bounds the BPE vocabulary; ``embedding_rows`` pads the embedding beyond it (to
     reach a real model's parameter count, e.g. 151936 rows like Qwen3).
     """
-    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family == "sdar")
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family in ("sdar", "wedlm"))
     model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
                              vocab_size=embedding_rows)
     path = save_checkpoint(model, tokenizer, out_dir)

@@ -28,7 +28,7 @@ def _env_port(name: str, default: int) -> int:
 
 
 def _decoder_flags(p: argparse.ArgumentParser) -> None:
-    from textwm.generation.remasking import STRATEGIES
+    from textwm.generation import STRATEGIES
 
     g = p.add_argument_group("decoding defaults (requests may override them)")
     g.add_argument("--max-tokens", type=int, default=256, help="default max_tokens (default: %(default)s)")
@@ -40,12 +40,15 @@ def _decoder_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--remasking-strategy", choices=STRATEGIES, default="low_confidence_dynamic")
     g.add_argument("--confidence-threshold", type=float, default=0.85)
     g.add_argument("--entropy-budget", type=float, default=0.5)
+    g.add_argument("--window-size", type=int, default=16, help="WeDLM decoding window (default: %(default)s)")
+    g.add_argument("--entropy-threshold", type=float, default=0.4, help="WeDLM fill threshold (default: %(default)s)")
+    g.add_argument("--position-penalty", type=float, default=0.02, help="WeDLM distance penalty (default: %(default)s)")
 
 
 def server_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/wm_server.py",
-                                description="OpenAI-compatible server for AR and SDAR world-model checkpoints.")
-    p.add_argument("--model-path", required=True, help="checkpoint folder (AR or SDAR)")
+                                description="OpenAI-compatible server for AR, SDAR and WeDLM world-model checkpoints.")
+    p.add_argument("--model-path", required=True, help="checkpoint folder (AR, SDAR or WeDLM)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=_env_port("WM_BACKEND_PORT", 30001))
     p.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: folder name)")
@@ -74,7 +77,9 @@ def server_main(argv: list[str] | None = None) -> int:
         defaults = DecodeSettings(gen_length=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                                   top_k=args.top_k, block_length=args.block_length,
                                   denoising_steps=args.denoising_steps, remasking_strategy=args.remasking_strategy,
-                                  confidence_threshold=args.confidence_threshold, entropy_budget=args.entropy_budget)
+                                  confidence_threshold=args.confidence_threshold, entropy_budget=args.entropy_budget,
+                                  window_size=args.window_size, entropy_threshold=args.entropy_threshold,
+                                  position_penalty=args.position_penalty)
         loaded = load_model(args.model_path, device=args.device, dtype=args.dtype, mask_token_id=args.mask_token_id)
         config = EngineConfig(served_model_name=args.served_model_name or Path(args.model_path.rstrip("/")).name,
                               defaults=defaults, max_batch_size=args.max_batch_size, max_queue=args.max_queue,

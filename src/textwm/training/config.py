@@ -20,7 +20,7 @@ import yaml
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("ar", "sdar")
+OBJECTIVES = ("ar", "sdar", "wedlm")
 TRUNCATE_MODES = ("drop", "cut")
 
 #: LlamaFactory keys of the paper's configs that this trainer does not need (accepted, warned about).
@@ -41,13 +41,15 @@ class SFTConfig:
     """Supervised fine-tuning of a world model with the AR or the SDAR objective."""
 
     model_name_or_path: str = field(default="", metadata={"help": "checkpoint folder (or hub id) to start from"})
-    objective: str = field(default="sdar", metadata={"help": "ar (next-token CE) or sdar (block diffusion)"})
+    objective: str = field(default="sdar", metadata={
+        "help": "ar (next-token CE), sdar (block diffusion) or wedlm (mask recovery under causal attention)"})
     train_file: str = field(default="", metadata={"help": "chat JSONL to train on (rows end with the target)"})
     dataset: str = field(default="", metadata={"help": "LlamaFactory style: a name in <dataset_dir>/dataset_info.json"})
     dataset_dir: str = field(default="data", metadata={"help": "folder of dataset_info.json (with `dataset`)"})
     eval_file: str = field(default="", metadata={"help": "optional chat JSONL for the eval loss"})
     template: str = field(default="auto", metadata={"help": "prompt template; the checkpoint's chat template is used"})
-    block_length: int = field(default=4, metadata={"help": "SDAR block size; must equal the model's block_size"})
+    block_length: int = field(default=4, metadata={
+        "help": "SDAR block size (must equal the model's block_size); WeDLM: the block of each masking ratio (32)"})
     cutoff_len: int = field(default=2048, metadata={"help": "max tokens per sample (and per packed row)"})
     truncate_mode: str = field(default="drop", metadata={
         "help": "sample longer than cutoff_len: drop it (counted) or cut the prompt's start to fit"})

@@ -4,7 +4,7 @@ An objective knows the block size it pads samples to, adds what it needs to a co
 (the SDAR noise), and computes the loss normalised by the answer tokens of the whole optimisation
 step (``num_items_in_batch``, counted by the HF Trainer over all micro-batches and ranks), so
 gradient accumulation and data parallelism give the same gradient as one large batch.
-WeDLM plugs in as a third class with the same three methods.
+WeDLM is the third class, with the same three methods.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from textwm.diffusion.masks import PAD_SAMPLE, build_mask, packed_causal_mask_mod, sdar_mask_mod
 from textwm.diffusion.sdar import IGNORE_INDEX, MASK_EPS, double_input, masked_diffusion_loss, sample_noise
+from textwm.diffusion.wedlm import reorder_within_blocks, sample_block_noise, wedlm_loss, wedlm_mask_mod
 from textwm.training.data import pad_batch
 
 
@@ -105,6 +106,62 @@ class SDARObjective(Objective):
         sel = masked[:, keep]
         return masked_diffusion_loss(logits[sel], ids[:, keep][sel], batch["noise_p"][:, keep][sel],
                                      _answer_tokens(labels, num_items_in_batch))
+
+
+class WeDLMObjective(Objective):
+    """Masked recovery under causal attention over ``[x0, xt]`` plus the AR loss (:mod:`textwm.diffusion.wedlm`).
+
+    Samples are not padded (WeDLM's last block may be short): ``block_size`` stays None and the
+    noise block is ``noise_block``.
+    """
+
+    name = "wedlm"
+
+    def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int):
+        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
+        self.mask_token_id = mask_token_id
+        self.noise_block = noise_block
+
+    def collate(self, features):
+        """Pad, then draw each sample's per-block masks from its seed: ``noise_mask``, ``noise_gamma`` ``[B, L]``."""
+        batch = super().collate(features)
+        answer = batch["labels"] != IGNORE_INDEX
+        noise_mask = torch.zeros_like(answer)
+        gamma = torch.ones(answer.shape, dtype=torch.float32)
+        for b, feature in enumerate(features):
+            sample_ids = batch["sample_ids"][b]
+            for sid, seed in enumerate(feature["noise_seeds"]):
+                where = (sample_ids == sid).nonzero(as_tuple=True)[0]
+                masked, g = sample_block_noise(answer[b, where], batch["position_ids"][b, where], self.noise_block, seed)
+                noise_mask[b, where] = masked
+                gamma[b, where] = g
+        batch["noise_mask"], batch["noise_gamma"] = noise_mask, gamma
+        return batch
+
+    def loss(self, model, batch, num_items_in_batch=None):
+        ids, labels, masked, pos, sid = (batch[k] for k in ("input_ids", "labels", "noise_mask", "position_ids",
+                                                             "sample_ids"))
+        bsz, length = ids.shape
+        order = reorder_within_blocks(masked, pos, sid, self.noise_block)
+        noisy = torch.where(masked, torch.full_like(ids, self.mask_token_id), ids)
+        xt, xt_pos, xt_sid, xt_masked = (t.gather(1, order) for t in (noisy, pos, sid, masked))
+        ids2, pos2, sid2 = torch.cat([ids, xt], 1), torch.cat([pos, xt_pos], 1), torch.cat([sid, xt_sid], 1)
+        mask = build_mask(wedlm_mask_mod(pos2, sid2, self.noise_block, length), bsz, 2 * length, 2 * length,
+                          ids.device, attn_implementation=self.attn_implementation)
+        # Logits only where a loss is taken: clean positions followed by an answer token (AR) and
+        # prediction-stream mask slots (MLM); the vocabulary projection of the rest would be wasted.
+        ar_at = torch.zeros_like(masked)
+        ar_at[:, :-1] = labels[:, 1:] != IGNORE_INDEX
+        need = torch.cat([ar_at, xt_masked], 1)
+        keep = need.any(dim=0).nonzero(as_tuple=True)[0]
+        logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
+        sel = need[:, keep]
+        in_clean = keep < length
+        ar_sel, mlm_sel = sel & in_clean, sel & ~in_clean
+        targets = torch.cat([torch.roll(ids, -1, dims=1), ids.gather(1, order)], 1)[:, keep]
+        gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), batch["noise_gamma"].gather(1, order)], 1)[:, keep]
+        return wedlm_loss(logits[mlm_sel], targets[mlm_sel], gamma[mlm_sel], logits[ar_sel], targets[ar_sel],
+                          _answer_tokens(labels, num_items_in_batch))
 
 
 def real_tokens(batch: dict[str, torch.Tensor]) -> int:

@@ -22,13 +22,15 @@ from textwm.data.jsonl import DataError, read_jsonl
 from textwm.data.schema import validate_target_row
 from textwm.models.checkpoint import (
     CheckpointError,
+    ModelSpec,
     as_autoregressive,
     convert_to_block_diffusion,
+    convert_to_wedlm,
     read_spec,
 )
 from textwm.training.config import SFTConfig, save_config
 from textwm.training.data import ChatEncoder, TrainingRows, build_rows, count_tokens, encode_rows
-from textwm.training.objectives import ARObjective, Objective, SDARObjective, real_tokens
+from textwm.training.objectives import ARObjective, Objective, SDARObjective, WeDLMObjective, real_tokens
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,15 @@ def resolve_attn_implementation(name: str) -> str:
     return "sdpa"
 
 
+def _check_diffusion_fields(spec: ModelSpec, config: SFTConfig) -> None:
+    """A checkpoint of the objective's own family must agree with the config on its block size."""
+    if spec.block_size is not None and spec.block_size != config.block_length:
+        raise CheckpointError(f"{spec.path} was trained with block_size {spec.block_size} but block_length is "
+                              f"{config.block_length}; set block_length: {spec.block_size}")
+    if spec.mask_token_id is None:
+        raise CheckpointError(f"{spec.path}: {spec.family} checkpoint without mask_token_id in config.json")
+
+
 def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any, Objective]:
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -58,26 +69,32 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
     # fp32 master weights; bf16 comes from the Trainer's autocast (config.bf16).
     model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch.float32,
                                                  attn_implementation=attn_implementation)
+    pad_id = tokenizer.pad_token_id
     if config.objective == "sdar":
         if spec.family != "sdar":
             mask_id = convert_to_block_diffusion(model, tokenizer, config.block_length)
-            log.warning("%s is an AR checkpoint: converted to block diffusion (block %d, mask id %d); "
-                        "checkpoints are saved in SDAR format", spec.path, config.block_length, mask_id)
-        elif spec.block_size is not None and spec.block_size != config.block_length:
-            raise CheckpointError(f"{spec.path} was trained with block_size {spec.block_size} but block_length is "
-                                  f"{config.block_length}; set block_length: {spec.block_size}")
-        elif spec.mask_token_id is None:
-            raise CheckpointError(f"{spec.path}: SDAR checkpoint without mask_token_id in config.json")
-        objective: Objective = SDARObjective(attn_implementation=attn_implementation,
-                                             pad_token_id=tokenizer.pad_token_id,
+            log.warning("%s is a %s checkpoint: converted to block diffusion (block %d, mask id %d); "
+                        "checkpoints are saved in SDAR format", spec.path, spec.family, config.block_length, mask_id)
+        else:
+            _check_diffusion_fields(spec, config)
+        objective: Objective = SDARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
                                              mask_token_id=int(model.config.mask_token_id),
                                              block_size=config.block_length, mask_eps=config.mask_eps)
+    elif config.objective == "wedlm":
+        if spec.family != "wedlm":
+            mask_id = convert_to_wedlm(model, tokenizer, config.block_length)
+            log.warning("%s is a %s checkpoint: marked as WeDLM (masking block %d, mask id %d); checkpoints "
+                        "keep its architecture", spec.path, spec.family, config.block_length, mask_id)
+        else:
+            _check_diffusion_fields(spec, config)
+        objective = WeDLMObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
+                                   mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length)
     else:
-        if spec.family == "sdar":
+        if spec.family != "ar":
             as_autoregressive(model)
-            log.warning("%s is a block-diffusion checkpoint trained here with the AR objective; checkpoints are "
-                        "saved as a plain causal LM", spec.path)
-        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=tokenizer.pad_token_id)
+            log.warning("%s is a %s checkpoint trained here with the AR objective; checkpoints are "
+                        "saved as a plain causal LM", spec.path, spec.family)
+        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id)
     if spec.stop_ids:
         model.generation_config.eos_token_id = list(spec.stop_ids)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -1,0 +1,17 @@
+"""Batched generation for WeDLM world models: streaming parallel decoding under causal attention.
+
+Same flags and output rows as sdar/eval_generate.py (the decoder follows the checkpoint: WeDLM,
+SDAR or AR), plus the WeDLM knobs --window-size (16), --entropy-threshold (0.4) and
+--position-penalty (0.02). Tiny CPU run:
+    python wedlm/eval_generate.py --model-path runs/tiny_wedlm_sft --data-dir data/samples \
+        --file-pattern 'sciworld_wm_{name}.jsonl' --datasets test --output-dir runs/gen_wedlm \
+        --num-gpus 0 --gen-length 32 --temperature 0
+8 GPUs:
+    python wedlm/eval_generate.py --model-path outputs/wedlm_sft --data-dir data --datasets test \
+        --output-dir outputs/wedlm_eval --num-gpus 8 --per-batch 16
+"""
+
+from textwm.generation.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(prog="wedlm/eval_generate.py", description=__doc__))
