@@ -153,3 +153,12 @@ def test_a_wedlm_checkpoint_is_served_with_its_streaming_decoder(tiny_wedlm_dir)
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] > 0
         assert c.get("/v1/models").json()["data"][0]["family"] == "wedlm"
+        # Per-request WeDLM settings: a threshold above any entropy fills the whole window at once.
+        forwards = {}
+        for threshold in (0.0, 1000.0):
+            body = {"model": "tiny-wm", "messages": MSG, "max_tokens": 8, "temperature": 0, "window_size": 8,
+                    "entropy_threshold": threshold, "stop": None}
+            r = c.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            forwards[threshold] = r.json()["usage"]["decoder_forwards"]
+        assert forwards[1000.0] < forwards[0.0]

@@ -121,6 +121,8 @@ class Engine:
             "repetition_penalty": request.repetition_penalty,
             "denoising_steps": request.num_diffusion_steps, "block_length": request.block_length,
             "confidence_threshold": request.confidence_threshold, "remasking_strategy": request.remasking_strategy,
+            "window_size": request.window_size, "entropy_threshold": request.entropy_threshold,
+            "position_penalty": request.position_penalty,
         }
         try:
             settings = dataclasses.replace(d, gen_length=max_tokens,

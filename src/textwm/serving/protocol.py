@@ -51,6 +51,10 @@ class ChatCompletionRequest(BaseModel):
     block_length: int | None = Field(default=None, ge=1)
     confidence_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     remasking_strategy: str | None = None
+    # WeDLM streaming-decoding settings per request (default: the server's flags).
+    window_size: int | None = Field(default=None, ge=1, le=256)
+    entropy_threshold: float | None = Field(default=None, ge=0.0)
+    position_penalty: float | None = Field(default=None, ge=0.0)
     stream: bool = False
     logprobs: bool | None = None
     tools: list[Any] | None = None

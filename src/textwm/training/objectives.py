@@ -10,7 +10,7 @@ WeDLM is the third class, with the same three methods.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,6 +24,26 @@ from textwm.training.data import pad_batch
 
 def _answer_tokens(labels: torch.Tensor, num_items_in_batch: Any) -> Any:
     return num_items_in_batch if num_items_in_batch is not None else (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def per_sample_noise(batch: dict[str, torch.Tensor], features: Sequence[dict[str, Any]],
+                     draw: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, Any]],
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noise of every packed sample from its own seed, so it does not depend on batching or devices.
+
+    ``draw(answer [n] bool, positions [n], seed) -> (masked [n] bool, level)`` is called per
+    sample; ``level`` (a scalar or ``[n]``: the masking probability or ratio) is spread over the
+    sample's positions. Returns ``(masked [B, L] bool, level [B, L] float)``; padding gets 1.
+    """
+    answer = batch["labels"] != IGNORE_INDEX
+    masked = torch.zeros_like(answer)
+    level = torch.ones(answer.shape, dtype=torch.float32)
+    for b, feature in enumerate(features):
+        sample_ids = batch["sample_ids"][b]
+        for sid, seed in enumerate(feature["noise_seeds"]):
+            where = (sample_ids == sid).nonzero(as_tuple=True)[0]
+            masked[b, where], level[b, where] = draw(answer[b, where], batch["position_ids"][b, where], seed)
+    return masked, level
 
 
 class Objective(ABC):
@@ -79,17 +99,8 @@ class SDARObjective(Objective):
     def collate(self, features):
         """Pad, then draw each sample's noise from its seed: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
         batch = super().collate(features)
-        answer = batch["labels"] != IGNORE_INDEX
-        noise_mask = torch.zeros_like(answer)
-        noise_p = torch.ones(answer.shape, dtype=torch.float32)
-        for b, feature in enumerate(features):
-            sample_ids = batch["sample_ids"][b]
-            for sid, seed in enumerate(feature["noise_seeds"]):
-                where = (sample_ids == sid).nonzero(as_tuple=True)[0]
-                masked, p = sample_noise(answer[b, where], seed, self.mask_eps)
-                noise_mask[b, where] = masked
-                noise_p[b, where] = p
-        batch["noise_mask"], batch["noise_p"] = noise_mask, noise_p
+        batch["noise_mask"], batch["noise_p"] = per_sample_noise(
+            batch, features, lambda answer, positions, seed: sample_noise(answer, seed, self.mask_eps))
         return batch
 
     def loss(self, model, batch, num_items_in_batch=None):
@@ -125,17 +136,8 @@ class WeDLMObjective(Objective):
     def collate(self, features):
         """Pad, then draw each sample's per-block masks from its seed: ``noise_mask``, ``noise_gamma`` ``[B, L]``."""
         batch = super().collate(features)
-        answer = batch["labels"] != IGNORE_INDEX
-        noise_mask = torch.zeros_like(answer)
-        gamma = torch.ones(answer.shape, dtype=torch.float32)
-        for b, feature in enumerate(features):
-            sample_ids = batch["sample_ids"][b]
-            for sid, seed in enumerate(feature["noise_seeds"]):
-                where = (sample_ids == sid).nonzero(as_tuple=True)[0]
-                masked, g = sample_block_noise(answer[b, where], batch["position_ids"][b, where], self.noise_block, seed)
-                noise_mask[b, where] = masked
-                gamma[b, where] = g
-        batch["noise_mask"], batch["noise_gamma"] = noise_mask, gamma
+        batch["noise_mask"], batch["noise_gamma"] = per_sample_noise(
+            batch, features, lambda answer, positions, seed: sample_block_noise(answer, positions, self.noise_block, seed))
         return batch
 
     def loss(self, model, batch, num_items_in_batch=None):
