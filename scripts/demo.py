@@ -19,6 +19,8 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="an even smaller setting (CI, a few minutes)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     p.add_argument("--tasks", nargs="+", help=f"ScienceWorld task types (default: {' '.join(defaults.tasks)})")
+    p.add_argument("--families", nargs="+", choices=("ar", "sdar", "wedlm"),
+                   help=f"world-model families, sdar included (default: {' '.join(defaults.families)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
     p.add_argument("--prompt-style", choices=("full", "compact"),
                    help=f"WM prompt layout (default: {defaults.prompt_style})")
@@ -35,9 +37,13 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DemoConfig)
                  if getattr(args, f.name, None) is not None and f.name not in ("smoke",)}
-    if args.tasks:
-        overrides["tasks"] = tuple(args.tasks)
-    config = DemoConfig.smoke_test(**overrides) if args.smoke else DemoConfig(**overrides)
+    for name in ("tasks", "families"):
+        if getattr(args, name):
+            overrides[name] = tuple(getattr(args, name))
+    try:
+        config = DemoConfig.smoke_test(**overrides) if args.smoke else DemoConfig(**overrides)
+    except ValueError as exc:
+        p.error(str(exc))
 
     from textwm.demo import Demo
 

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
+#: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
+DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class DemoConfig:
     out: str = "runs/demo"
     smoke: bool = False
     tasks: tuple[str, ...] = ("boil", "melt", "find-living-thing", "test-conductivity")
+    #: World-model families trained side by side; the GRPO stage serves the SDAR one.
+    families: tuple[str, ...] = ("ar", "sdar")
     train_variations: int = 3
     test_variations: int = 1
     explore_steps: int = 12
@@ -67,6 +71,12 @@ class DemoConfig:
     wm_port: int = 30101
     proxy_port: int = 30100
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
+        if unknown or "sdar" not in self.families:
+            raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "
+                             f"{', '.join(DEMO_BLOCKS)}; got {' '.join(self.families)}")
 
     @classmethod
     def smoke_test(cls, **overrides: Any) -> DemoConfig:
@@ -162,10 +172,11 @@ class Demo:
         c = self.config
         rows = read_jsonl(self.path("data", "wm_train.jsonl")).rows
         figures: dict[str, Any] = {}
-        for family in ("ar", "sdar"):
-            # One tokenizer for both (the SDAR one has the mask token added): same rows, same vocabulary.
-            tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=family == "sdar")
-            model = build_tiny_model(tokenizer, family=family, size=c.size, block_size=4, seed=c.seed)
+        for family in c.families:
+            # One tokenizer for all (diffusion ones add the mask token): same rows, same vocabulary.
+            tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=family != "ar")
+            block = DEMO_BLOCKS[family]
+            model = build_tiny_model(tokenizer, family=family, size=c.size, block_size=block, seed=c.seed)
             save_checkpoint(model, tokenizer, self.path(f"init_{family}"))
             result = train(SFTConfig(
                 model_name_or_path=str(self.path(f"init_{family}")), objective=family,
@@ -173,7 +184,7 @@ class Demo:
                 cutoff_len=c.cutoff_len, truncate_mode="drop", neat_packing=False, learning_rate=c.learning_rate,
                 per_device_train_batch_size=c.batch_size, max_steps=c.train_steps, lr_scheduler_type="cosine",
                 warmup_ratio=0.05, logging_steps=max(1, c.train_steps // 10), save_steps=10 * c.train_steps,
-                block_length=4, seed=c.seed))
+                block_length=block, seed=c.seed))
             figures[family] = {"train_loss": round(result.train_loss, 4), "steps": result.global_step,
                                "parameters": sum(p.numel() for p in model.parameters())}
         return figures
@@ -188,7 +199,7 @@ class Demo:
 
         c = self.config
         summaries = {}
-        for name in ("init_ar", "wm_ar", "init_sdar", "wm_sdar"):
+        for name in (f"{stage}_{family}" for family in c.families for stage in ("init", "wm")):
             gen_dir = self.path("wm_eval", name)
             generate(EvalGenerateConfig(model_path=str(self.path(name)), data_dir=str(self.path("data")),
                                         datasets=["test"], output_dir=str(gen_dir), num_gpus=0, per_batch=16,

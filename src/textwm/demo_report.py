@@ -35,7 +35,8 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
     lines += ["## 2. World models (same size, same tokenizer, same rows, same steps)", "",
               "| family | parameters | steps | train_loss |", "|---|---|---|---|"]
     lines += [f"| {k} | {v.get('parameters')} | {v.get('steps')} | {v.get('train_loss')} |" for k, v in train.items()]
-    lines += ["", "(The SDAR loss is the 1/p-weighted masked-token loss; it is not comparable to the AR loss.)", ""]
+    lines += ["", "(The SDAR loss is the 1/p-weighted masked-token loss and the WeDLM loss averages it with an AR "
+              "term; neither is comparable to the AR loss.)", ""]
 
     scores = fig.get("wm_eval", {}).get("scores", {})
     lines += ["## 3. World-model scores on held-out transitions", "",
@@ -43,14 +44,14 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
     for name, s in scores.items():
         lines.append(f"| {name} | {s.get('num_samples')} | " + " | ".join(_fmt(s.get(k)) for k in METRIC_LABELS) + " |")
     if scores:
-        ar, sdar = scores.get("wm_ar", {}), scores.get("wm_sdar", {})
+        trained = [n[3:] for n in scores if n.startswith("wm_")]
         beat = [f"{n}: exact_match {_fmt(scores[f'init_{n}'].get('exact_match'))} untrained -> "
-                f"{_fmt(scores[f'wm_{n}'].get('exact_match'))} trained" for n in ("ar", "sdar") if f"init_{n}" in scores]
+                f"{_fmt(scores[f'wm_{n}'].get('exact_match'))} trained" for n in trained if f"init_{n}" in scores]
+        rates = ", ".join(f"{_fmt(scores[f'wm_{n}'].get('exact_match'))} ({n})" for n in trained)
         lines += ["", *(f"- {b}" for b in beat),
-                  f"- how far from useful: the trained models get {_fmt(ar.get('exact_match'))} (AR) and "
-                  f"{_fmt(sdar.get('exact_match'))} (SDAR) of the observations exactly right; a world model an agent "
-                  "can train in needs most of them right (the paper's 8B models), so these tiny models mostly "
-                  "reproduce frequent short observations.",
+                  f"- how far from useful: the trained models get {rates} of the observations exactly right; a "
+                  "world model an agent can train in needs most of them right (the paper's 8B models), so these "
+                  "tiny models mostly reproduce frequent short observations.",
                   "- chart: wm_eval/comparison.png; table: wm_eval/comparison.md", ""]
 
     grpo = fig.get("grpo", {})

@@ -50,3 +50,13 @@ def test_demo_resume_accepts_same_settings_and_names_changed_ones(tmp_path):
     Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), wm_port=1, proxy_port=2), echo=lambda _: None)
     with pytest.raises(ValueError, match=r"train_steps: 40 -> 41"):
         Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), train_steps=41), echo=lambda _: None)
+
+
+def test_demo_families_must_include_the_sdar_world_model():
+    from textwm.demo import DemoConfig
+
+    assert DemoConfig(families=("ar", "sdar", "wedlm")).families == ("ar", "sdar", "wedlm")
+    with pytest.raises(ValueError, match="families must include sdar"):
+        DemoConfig(families=("ar", "wedlm"))
+    with pytest.raises(ValueError, match="families must include sdar"):
+        DemoConfig(families=("sdar", "gpt"))
