@@ -9,13 +9,13 @@ from tests.eval.helpers import ChatServer, free_port
 from textwm.eval.episodes import EpisodeRecord, summarize
 from textwm.eval.fidelity import (
     CheckpointWM,
-    EndpointWM,
     FidelityError,
     closed_loop_fidelity,
     closed_loop_markdown,
     success_ratio,
     wm_fidelity_single_step,
 )
+from textwm.generation.api import ApiGenerationConfig
 
 OBS = ["You move to the kitchen.", "The door is now open.", "You focus on the orange.", "Nothing happens.",
        "You pick up the thermometer.", "The stove is now activated."]
@@ -41,7 +41,7 @@ def test_single_step_from_an_endpoint(tmp_path):
 
     server = ChatServer(answer, model="wm")
     try:
-        result = wm_fidelity_single_step(data, tmp_path / "out", EndpointWM(server.url, max_tokens=32))
+        result = wm_fidelity_single_step(data, tmp_path / "out", ApiGenerationConfig(server.url, max_tokens=32))
     finally:
         server.close()
     s = result["summary"]
@@ -69,11 +69,11 @@ def test_single_step_from_a_local_checkpoint_with_a_limit(tmp_path, tiny_sdar_di
 def test_single_step_fails_clearly(tmp_path):
     data = transitions(tmp_path / "wm_test.jsonl")
     with pytest.raises(FidelityError, match="not reachable"):
-        wm_fidelity_single_step(data, tmp_path, EndpointWM(f"http://127.0.0.1:{free_port()}/v1"))
+        wm_fidelity_single_step(data, tmp_path, ApiGenerationConfig(f"http://127.0.0.1:{free_port()}/v1"))
     server = ChatServer(lambda messages: 400)
     try:
         with pytest.raises(FidelityError, match="every one of the 6"):
-            wm_fidelity_single_step(data, tmp_path, EndpointWM(server.url, max_retries=0))
+            wm_fidelity_single_step(data, tmp_path, ApiGenerationConfig(server.url, max_retries=0))
     finally:
         server.close()
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import validate_target_row
+from textwm.generation.api import ApiGenerationConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,6 @@ class FidelityError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class EndpointWM:
-    """A WM served behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
-
-    url: str
-    model: str | None = None
-    api_key: str | None = None
-    max_tokens: int = 256
-    temperature: float = 0.0
-    concurrency: int = 32
-    timeout_s: float = 120.0
-    max_retries: int = 3
-
-
-@dataclass(frozen=True)
 class CheckpointWM:
     """A local WM checkpoint (AR or SDAR), decoded by :mod:`textwm.generation.runner`."""
 
@@ -69,19 +56,16 @@ class CheckpointWM:
     prompt_truncate: int = 8000
 
 
-def _generate_endpoint(name: str, data: Path, outputs: Path, wm: EndpointWM) -> tuple[int, dict[str, Any]]:
-    from textwm.generation.api import ApiGenerationConfig, generate_file
+def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationConfig) -> tuple[int, dict[str, Any]]:
+    from textwm.generation.api import generate_file
     from textwm.serving.openai_client import ChatRequestError, resolve_model_id
 
-    try:
-        model = wm.model or asyncio.run(resolve_model_id(wm.url, api_key=wm.api_key))
+    try:  # resolved here so that an unreachable endpoint is one clear error, not a file of ERROR rows
+        model = wm.model or asyncio.run(resolve_model_id(wm.api_url, api_key=wm.api_key))
     except ChatRequestError as exc:
-        raise FidelityError(f"WM endpoint {wm.url} is not reachable: {exc}") from None
-    config = ApiGenerationConfig(api_url=wm.url, model=model, api_key=wm.api_key, max_tokens=wm.max_tokens,
-                                 temperature=wm.temperature, concurrency=wm.concurrency, max_retries=wm.max_retries,
-                                 timeout_s=wm.timeout_s)
-    rep = generate_file(name, data, outputs, config)
-    return rep.failed, {"kind": "endpoint", "url": wm.url, "model": rep.model, "max_tokens": wm.max_tokens,
+        raise FidelityError(f"WM endpoint {wm.api_url} is not reachable: {exc}") from None
+    rep = generate_file(name, data, outputs, replace(wm, model=model))
+    return rep.failed, {"kind": "endpoint", "url": wm.api_url, "model": rep.model, "max_tokens": wm.max_tokens,
                         "temperature": wm.temperature}
 
 
@@ -108,7 +92,7 @@ def _exact_match_by(rows: list[dict[str, Any]], scored: Path, key: str) -> dict[
     return {k: {"num_samples": len(v), "exact_match": sum(v) / len(v)} for k, v in sorted(hits.items())}
 
 
-def wm_fidelity_single_step(transitions: str | Path, output_dir: str | Path, wm: EndpointWM | CheckpointWM, *,
+def wm_fidelity_single_step(transitions: str | Path, output_dir: str | Path, wm: ApiGenerationConfig | CheckpointWM, *,
                             mauve: bool = False, mauve_featurizer: str | None = None,
                             limit: int | None = None) -> dict[str, Any]:
     """Teacher-forced single-step scores of ``wm`` on held-out real transitions.
@@ -140,7 +124,7 @@ def wm_fidelity_single_step(transitions: str | Path, output_dir: str | Path, wm:
         data = out / f"{name}{transitions.suffix}"
         write_jsonl(data, rows)
     outputs = out / f"{name}_outputs.jsonl"
-    if isinstance(wm, EndpointWM):
+    if isinstance(wm, ApiGenerationConfig):
         failed, generator = _generate_endpoint(name, data, outputs, wm)
     else:
         failed, generator = _generate_checkpoint(name, data, out, wm)

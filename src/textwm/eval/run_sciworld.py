@@ -201,6 +201,7 @@ def run(config: SciWorldEvalConfig) -> dict[str, Any]:
         load_rows,
         replay_in_real,
     )
+    from textwm.generation.api import ApiGenerationConfig
     from textwm.serving.wm_client import WMClient
 
     out = Path(config.output_dir)
@@ -246,9 +247,9 @@ def run(config: SciWorldEvalConfig) -> dict[str, Any]:
         if wm_client is not None:
             wm_client.close()
     if config.single_step:
-        wm_spec: fid.EndpointWM | fid.CheckpointWM
+        wm_spec: ApiGenerationConfig | fid.CheckpointWM
         if config.wm_url:
-            wm_spec = fid.EndpointWM(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
+            wm_spec = ApiGenerationConfig(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
                                      temperature=config.wm_temperature, timeout_s=config.wm_timeout)
         else:
             wm_spec = fid.CheckpointWM(config.wm_path, max_tokens=config.wm_max_tokens,
