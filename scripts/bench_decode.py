@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from textwm.generation.sdar import DecodeSettings, SDARDecoder
+from textwm.generation.sdar import SDARDecoder
+from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 from textwm.models.tiny import tiny_config

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from textwm.data.wm_message import wm_user_message
 from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
 SYSTEM = "You are the world model of a text game."
@@ -87,7 +88,7 @@ def main() -> int:
         direct = [{"model": "bench-wm", "max_tokens": args.max_tokens, "temperature": 0,
                    "chat_template_kwargs": {"enable_thinking": False},
                    "messages": [{"role": "system", "content": SYSTEM},
-                                {"role": "user", "content": f"State: {x['state']}\n\nAction: {x['action']}"}]}
+                                {"role": "user", "content": wm_user_message(x["state"], x["action"])}]}
                   for x in inputs]
         asyncio.run(fire(f"http://127.0.0.1:{server_port}/v1/chat/completions", direct[:32], 16))  # warm-up
         runs = {

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from textwm.data.jsonl import write_jsonl
+from textwm.data.wm_message import wm_user_message
 from textwm.generation.baselines import action_lookup, copy_state
 
 SYSTEM = ("You are the world model of ScienceWorld, a text environment of science experiments. Given the "
@@ -27,7 +28,7 @@ def play(env, task: str, variation: int) -> list[dict]:
     for step, action in enumerate(env.get_gold_action_sequence()):
         nxt, _, done, _ = env.step(action)
         rows.append({"messages": [{"role": "system", "content": system},
-                                  {"role": "user", "content": f"State: {obs}\n\nAction: {action}"},
+                                  {"role": "user", "content": wm_user_message(obs, action)},
                                   {"role": "assistant", "content": nxt}],
                      "task_id": f"{task}_v{variation}", "step": step})
         obs = nxt

@@ -6,4 +6,4 @@
 from textwm.serving.cli import proxy_main
 
 if __name__ == "__main__":
-    raise SystemExit(proxy_main())
+    raise SystemExit(proxy_main(prog="scripts/wm_proxy.py"))

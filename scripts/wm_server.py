@@ -6,4 +6,4 @@
 from textwm.serving.cli import server_main
 
 if __name__ == "__main__":
-    raise SystemExit(server_main())
+    raise SystemExit(server_main(prog="scripts/wm_server.py"))

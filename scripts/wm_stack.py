@@ -8,4 +8,4 @@
 from textwm.serving.cli import stack_main
 
 if __name__ == "__main__":
-    raise SystemExit(stack_main())
+    raise SystemExit(stack_main(prog="scripts/wm_stack.py"))

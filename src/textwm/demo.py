@@ -194,6 +194,7 @@ class Demo:
     def stage_wm_eval(self) -> dict[str, Any]:
         from textwm.generation.runner import EvalGenerateConfig
         from textwm.generation.runner import run as generate
+        from textwm.generation.settings import DecodeSettings
         from textwm.metrics import report
         from textwm.metrics.scorer import ScoreOptions, score_file
 
@@ -203,8 +204,8 @@ class Demo:
             gen_dir = self.path("wm_eval", name)
             generate(EvalGenerateConfig(model_path=str(self.path(name)), data_dir=str(self.path("data")),
                                         datasets=["test"], output_dir=str(gen_dir), num_gpus=0, per_batch=16,
-                                        gen_length=c.gen_length, block_length=4, denoising_steps=c.denoising_steps,
-                                        temperature=0.0))
+                                        decode=DecodeSettings(gen_length=c.gen_length, block_length=4,
+                                                              denoising_steps=c.denoising_steps, temperature=0.0)))
             summary = score_file("test", gen_dir / "test_outputs.jsonl", gen_dir,
                                  ScoreOptions(mauve_max_samples=c.eval_rows))
             report.write_report({"test": summary}, gen_dir, title=name)

@@ -3,11 +3,11 @@
 import pytest
 
 from tests.serving.scripted_http import ScriptedServer
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import WMClient
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
 from textwm.envs.simulator import LOCAL, WM, Simulator, guard_enabled
-from textwm.serving.openai_client import RetryPolicy
-from textwm.serving.wm_client import WMClient
 
 LOOK = ("This room is called the hallway. In it, you see: \n\tthe agent\n\ta picture\nYou also see:\n\t"
         "A door to the kitchen (that is open)")

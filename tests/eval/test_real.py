@@ -3,13 +3,13 @@
 import pytest
 
 from tests.eval.helpers import GoldAgent, GoldWM, ScriptAgent
+from textwm.clients.wm import WMClient
 from textwm.envs.sciworld.rl import INVALID_REPLY_HINT
 from textwm.envs.simulator import Simulator
 from textwm.eval.agents import AgentError
 from textwm.eval.episodes import EpisodeRecord
 from textwm.eval.fidelity import closed_loop_fidelity
 from textwm.eval.sciworld import EvalInputError, evaluate_agent_real, evaluate_agent_wm, replay_in_real
-from textwm.serving.wm_client import WMClient
 
 
 def test_gold_agent_succeeds_on_every_task(fleet, sw_data):

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from tests.eval.helpers import GoldWM, ScriptAgent, free_port
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import WMClient
 from textwm.data.jsonl import DataError
 from textwm.envs.simulator import Simulator
 from textwm.eval.sciworld import evaluate_agent_wm, load_rows
-from textwm.serving.openai_client import RetryPolicy
-from textwm.serving.wm_client import WMClient
 
 FAST = RetryPolicy(max_retries=1, backoff_s=0.01, max_backoff_s=0.01)
 #: Answered by the local responder from tracked state alone (no model).

@@ -12,7 +12,7 @@ def _t(state, action, obs):
 def test_state_and_action_parse_the_proxy_layout():
     assert state_and_action(_t("in the kitchen\n\nyou see a stove", "open door", "x")) == (
         "in the kitchen\n\nyou see a stove", "open door")
-    with pytest.raises(DataError, match="is not 'State: ..."):
+    with pytest.raises(DataError, match="not a WM user message"):
         state_and_action(chat(user="no layout"))
 
 

@@ -33,7 +33,7 @@ def test_eval_generate_writes_the_papers_rows(family, request, data_dir, tmp_pat
     assert not any(r["prediction_raw"].startswith("ERROR") for r in rows)
     assert len(_rows(out / "ood_outputs.jsonl")) == 3
     summary = json.loads((out / "eval_generate_config.json").read_text())
-    assert summary["config"]["block_length"] == 4 and summary["datasets"]["test"]["errors"] == 0
+    assert summary["config"]["decode"]["block_length"] == 4 and summary["datasets"]["test"]["errors"] == 0
 
 
 def test_failed_batches_become_counted_error_rows(tiny_sdar_dir, data_dir, tmp_path):

@@ -8,7 +8,8 @@ import torch
 from tests.generation.sdar_reference import reference_generate
 from textwm.generation.ar import ARDecoder
 from textwm.generation.remasking import STRATEGIES
-from textwm.generation.sdar import DecodeSettings, SDARDecoder
+from textwm.generation.sdar import SDARDecoder
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import CheckpointError, ModelSpec, load_model
 
 

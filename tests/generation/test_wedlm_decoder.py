@@ -6,7 +6,7 @@ import pytest
 
 from tests.generation.wedlm_reference import reference_generate
 from textwm.generation.decoders import make_decoder
-from textwm.generation.sdar import DecodeSettings
+from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import CheckpointError, ModelSpec, load_model
 

@@ -5,7 +5,8 @@ import torch
 
 from tests.generation import wedlm_reference
 from tests.generation.sdar_reference import reference_generate
-from textwm.generation.sdar import DecodeSettings, SDARDecoder
+from textwm.generation.sdar import SDARDecoder
+from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import load_model
 from textwm.training.objectives import SDARObjective, WeDLMObjective

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from textwm.generation.sdar import DecodeSettings
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
 from textwm.serving.app import create_app
 from textwm.serving.engine import Engine, EngineConfig

@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from textwm.clients.wm import AsyncWMClient, WMClient, WMUnavailable
 from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
-from textwm.serving.wm_client import AsyncWMClient, WMClient, WMUnavailable
 
 pytestmark = pytest.mark.slow
 PAYLOAD = {"input": {"system_prompt": "You are a world model.", "state": "You are in the kitchen.",

@@ -4,7 +4,8 @@ import pytest
 
 from tests.conftest import write_lines
 from tests.toy_world import transitions
-from textwm.generation.decoders import DecodeSettings, make_decoder
+from textwm.generation.decoders import make_decoder
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
 from textwm.models.tiny import build_tiny_checkpoint, chat_texts
 from textwm.training.config import SFTConfig

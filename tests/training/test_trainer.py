@@ -122,7 +122,7 @@ def test_config_errors(tmp_path, caplog):
     path.write_text("model_name_or_path: m\ntrain_file: t.jsonl\nstage: sft\nfinetuning_type: full\n")
     cfg = load_config(path, ["max_steps=7", "bf16=true", "objective=ar"])
     assert (cfg.max_steps, cfg.bf16, cfg.objective) == (7, True, "ar")
-    assert "ignoring LlamaFactory keys that do not apply here: finetuning_type, stage" in caplog.text
+    assert "ignoring keys that do not apply here: finetuning_type, stage" in caplog.text
     with pytest.raises(ConfigError, match="cutoff_len \\(10\\) must be a multiple of block_length"):
         load_config(path, ["cutoff_len=10"])
     cfg = load_config(path, ["learning_rate=3e-3", "max_steps=10.0", "warmup_ratio=0"])  # PyYAML: "3e-3" is a str

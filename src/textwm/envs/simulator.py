@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from textwm.serving.wm_client import WMClient, WMError
+from textwm.clients.wm import WMClient, WMError
 
 log = logging.getLogger(__name__)
 

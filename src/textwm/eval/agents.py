@@ -3,7 +3,7 @@
 Two implementations cover every agent the paper evaluates:
 
 * :class:`OpenAIAgent` — any OpenAI-compatible ``/v1/chat/completions`` endpoint (vLLM, lmdeploy,
-  our native server, a hosted API), through :class:`~textwm.serving.openai_client.ChatClient`
+  our native server, a hosted API), through :class:`~textwm.clients.openai.ChatClient`
   (connection pool, retries of transient failures); a batch of conversations is sent concurrently.
 * :class:`LocalAgent` — a local checkpoint (AR or SDAR) decoded in batches with the project's
   decoders and the checkpoint's own chat template.
@@ -85,7 +85,7 @@ class OpenAIAgent:
     def __init__(self, api_url: str, *, model: str | None = None, api_key: str | None = None,
                  temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256, concurrency: int = 32,
                  timeout_s: float = 120.0, max_retries: int = 3, extra_body: dict[str, Any] | None = None):
-        from textwm.serving.openai_client import RetryPolicy
+        from textwm.clients.retry import RetryPolicy
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -102,7 +102,7 @@ class OpenAIAgent:
 
     def check(self) -> str:
         """Resolve (or confirm) the model id; raises :class:`AgentError` if the endpoint is unreachable."""
-        from textwm.serving.openai_client import ChatRequestError, resolve_model_id
+        from textwm.clients.openai import ChatRequestError, resolve_model_id
 
         try:
             listed = self._loop.run_until_complete(resolve_model_id(self.api_url, api_key=self.api_key))
@@ -112,7 +112,7 @@ class OpenAIAgent:
         return self.model
 
     async def _complete_all(self, conversations: Sequence[Conversation]) -> list[str | AgentError]:
-        from textwm.serving.openai_client import ChatClient, ChatRequestError
+        from textwm.clients.openai import ChatClient, ChatRequestError
 
         if self._client is None:
             self._client = ChatClient(self.api_url, model=self.model, api_key=self.api_key, timeout_s=self.timeout_s,
@@ -161,7 +161,8 @@ class LocalAgent:
                  top_p: float = 1.0, top_k: int = 0, max_tokens: int = 256, batch_size: int = 8,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, block_length: int = 4, denoising_steps: int = 4,
                  seed: int | None = None):
-        from textwm.generation.decoders import DecodeSettings, make_decoder
+        from textwm.generation.decoders import make_decoder
+        from textwm.generation.settings import DecodeSettings
         from textwm.models.checkpoint import load_model
         from textwm.training.data import ChatEncoder
 

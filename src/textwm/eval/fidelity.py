@@ -57,8 +57,8 @@ class CheckpointWM:
 
 
 def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationConfig) -> tuple[int, dict[str, Any]]:
+    from textwm.clients.openai import ChatRequestError, resolve_model_id
     from textwm.generation.api import generate_file
-    from textwm.serving.openai_client import ChatRequestError, resolve_model_id
 
     try:  # resolved here so that an unreachable endpoint is one clear error, not a file of ERROR rows
         model = wm.model or asyncio.run(resolve_model_id(wm.api_url, api_key=wm.api_key))
@@ -71,12 +71,13 @@ def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationCo
 
 def _generate_checkpoint(name: str, data: Path, out: Path, wm: CheckpointWM) -> tuple[int, dict[str, Any]]:
     from textwm.generation.runner import EvalGenerateConfig, run
+    from textwm.generation.settings import DecodeSettings
 
     config = EvalGenerateConfig(model_path=wm.path, data_dir=str(data.parent), datasets=[name], output_dir=str(out),
                                 file_pattern=f"{{name}}{data.suffix}", num_gpus=wm.num_gpus, per_batch=wm.per_batch,
-                                prompt_truncate=wm.prompt_truncate, gen_length=wm.max_tokens,
-                                temperature=wm.temperature, block_length=wm.block_length,
-                                denoising_steps=wm.denoising_steps)
+                                prompt_truncate=wm.prompt_truncate,
+                                decode=DecodeSettings(gen_length=wm.max_tokens, temperature=wm.temperature,
+                                                      block_length=wm.block_length, denoising_steps=wm.denoising_steps))
     stats = run(config)
     return stats[name]["errors"], {"kind": "checkpoint", **asdict(wm)}
 

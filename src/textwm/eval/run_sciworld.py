@@ -190,6 +190,7 @@ def _write_episodes(path: Path, records: list[Any]) -> None:
 
 def run(config: SciWorldEvalConfig) -> dict[str, Any]:
     """Run the evaluation of ``config``; writes the output files and returns everything they hold."""
+    from textwm.clients.wm import WMClient
     from textwm.data.jsonl import atomic_write, write_json
     from textwm.envs.sciworld.sim import GUARD_ENV
     from textwm.envs.simulator import Simulator, guard_enabled
@@ -202,7 +203,6 @@ def run(config: SciWorldEvalConfig) -> dict[str, Any]:
         replay_in_real,
     )
     from textwm.generation.api import ApiGenerationConfig
-    from textwm.serving.wm_client import WMClient
 
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.clients.openai import ChatClient, complete_all, resolve_model_id
+from textwm.clients.retry import RetryPolicy
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import plain_messages, split_prompt_target, validate_target_row
-from textwm.serving.openai_client import ChatClient, RetryPolicy, complete_all, resolve_model_id
 
 log = logging.getLogger(__name__)
 

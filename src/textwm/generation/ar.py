@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from textwm.generation.sdar import DecodeSettings, Generation
+from textwm.generation.sdar import Generation
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
 
 

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 
 from textwm.data.jsonl import DataError
 from textwm.data.schema import Row
-
-STATE_PREFIX = "State: "
-ACTION_SEPARATOR = "\n\nAction: "
+from textwm.data.wm_message import split_wm_user_message
 
 
 def state_and_action(row: Row) -> tuple[str, str]:
@@ -26,11 +24,10 @@ def state_and_action(row: Row) -> tuple[str, str]:
     users = [m["content"] for m in row["messages"] if m["role"] == "user"]
     if not users:
         raise DataError("row has no user message", field="messages")
-    text = users[-1]
-    state, sep, action = text.rpartition(ACTION_SEPARATOR)
-    if not sep:
-        raise DataError(f"user message is not 'State: ...{ACTION_SEPARATOR!r}...'", field="messages")
-    return state.removeprefix(STATE_PREFIX), action.strip()
+    try:
+        return split_wm_user_message(users[-1])
+    except ValueError as exc:
+        raise DataError(str(exc), field="messages") from None
 
 
 def copy_state(rows: Sequence[Row]) -> list[str]:

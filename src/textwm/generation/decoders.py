@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from textwm.generation.ar import ARDecoder
-from textwm.generation.sdar import DecodeSettings, Generation, SDARDecoder
+from textwm.generation.sdar import Generation, SDARDecoder
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 
-__all__ = ["ARDecoder", "DecodeSettings", "Generation", "SDARDecoder", "WeDLMDecoder", "make_decoder"]
+__all__ = ["ARDecoder", "Generation", "SDARDecoder", "WeDLMDecoder", "make_decoder"]
 
 Decoder = ARDecoder | SDARDecoder | WeDLMDecoder
 

@@ -16,51 +16,41 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from textwm.config import ConfigError, config_dict, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
+from textwm.generation.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class EvalGenerateConfig:
-    model_path: str
-    data_dir: str
-    datasets: list[str]
-    output_dir: str
-    file_pattern: str = "eval_{name}.jsonl"
-    num_gpus: int = 1
-    per_batch: int = 8
-    prompt_truncate: int = 8000
-    gen_length: int = 1024
-    block_length: int = 4
-    denoising_steps: int = 4
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    confidence_threshold: float = 0.85
-    remasking_strategy: str = "low_confidence_dynamic"
-    entropy_budget: float = 0.5
-    window_size: int = 16
-    entropy_threshold: float = 0.4
-    position_penalty: float = 0.02
-    seed: int | None = None
-    dtype: str = "auto"
-    mask_token_id: int | None = None
+    """Batched generation over evaluation datasets, one model copy per GPU (``sdar/eval_generate.py``)."""
 
-    def settings(self):
-        from textwm.generation.sdar import DecodeSettings
+    model_path: str = option(help="checkpoint folder: SDAR (block diffusion), WeDLM (streaming decoding) or any "
+                                  "causal LM")
+    data_dir: str = option(help="folder of the evaluation files")
+    datasets: list[str] = option(help="dataset names", metavar="NAME")
+    output_dir: str = option(help="writes <name>_outputs.jsonl here")
+    file_pattern: str = option("eval_{name}.jsonl", "file name in --data-dir")
+    num_gpus: int = option(1, "worker processes, one GPU each; 0 = in-process on the CPU")
+    per_batch: int = option(8, "prompts per forward batch per GPU")
+    prompt_truncate: int = option(8000, "keep at most the last N prompt tokens")
+    decode: DecodeSettings = option(help="decoding", default_factory=DecodeSettings)
+    dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
+    mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
 
-        return DecodeSettings(gen_length=self.gen_length, temperature=self.temperature, top_k=self.top_k,
-                              top_p=self.top_p, block_length=self.block_length,
-                              denoising_steps=self.denoising_steps, remasking_strategy=self.remasking_strategy,
-                              confidence_threshold=self.confidence_threshold, entropy_budget=self.entropy_budget,
-                              window_size=self.window_size, entropy_threshold=self.entropy_threshold,
-                              position_penalty=self.position_penalty, seed=self.seed)
+    def __post_init__(self) -> None:
+        if not self.datasets:
+            raise ConfigError("give at least one dataset name", key="--datasets")
+        for name in ("per_batch", "prompt_truncate"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", key="--" + name.replace("_", "-"))
 
 
 @dataclass
@@ -97,7 +87,7 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
     loaded = load_model(config.model_path, device=device, dtype=config.dtype, mask_token_id=config.mask_token_id)
     decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
     encoder = ChatEncoder(loaded.tokenizer)
-    settings = config.settings()
+    settings = config.decode
     result = ShardResult()
     encoded = []
     for job in jobs:
@@ -166,10 +156,9 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
     """Generate for every dataset; returns per-dataset stats (rows, errors, seconds, tokens/s)."""
     from textwm.models.checkpoint import read_spec
 
-    config.settings()  # validate the decoding settings before loading anything
     spec = read_spec(config.model_path, mask_token_id=config.mask_token_id)
     if spec.family == "sdar":
-        spec.require_diffusion(config.block_length)
+        spec.require_diffusion(config.decode.block_length)
     jobs_by_dataset = load_jobs(config)
     all_jobs = [job for jobs in jobs_by_dataset.values() for job in jobs]
     workers = workers_for(config)
@@ -202,7 +191,7 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
         stats[name] = {"rows": len(mine), "errors": errors, "output": str(path)}
         log.info("%s: %d rows -> %s (%d ERROR rows)", name, len(mine), path, errors)
     tokens = sum(s.tokens for s in shards)
-    summary = {"config": asdict(config), "workers": workers, "seconds": round(elapsed, 2),
+    summary = {"config": config_dict(config), "workers": workers, "seconds": round(elapsed, 2),
                "generated_tokens": tokens, "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
                "prompts_truncated": sum(s.truncated for s in shards), "datasets": stats}
     write_json(out_dir / "eval_generate_config.json", summary)

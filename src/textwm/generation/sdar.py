@@ -26,54 +26,12 @@ from typing import Any
 
 import torch
 
-from textwm.generation.remasking import STRATEGIES, select_transfer, transfer_schedule
+from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """Decoding knobs shared by the decoders (AR ignores the diffusion ones)."""
-
-    gen_length: int = 1024
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    block_length: int = 4
-    denoising_steps: int = 4
-    remasking_strategy: str = "low_confidence_dynamic"
-    confidence_threshold: float = 0.85
-    entropy_budget: float = 0.5
-    #: >1 discourages tokens already in the prompt or the output (1.0: off).
-    repetition_penalty: float = 1.0
-    seed: int | None = None
-    #: WeDLM streaming decoding: slots decoded in parallel after the committed prefix.
-    window_size: int = 16
-    #: WeDLM: a mask is filled when entropy + position_penalty * (distance to the first mask) < this.
-    entropy_threshold: float = 0.4
-    position_penalty: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.gen_length < 1:
-            raise ValueError(f"gen_length must be >= 1, got {self.gen_length}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.denoising_steps < 1:
-            raise ValueError(f"denoising_steps must be >= 1, got {self.denoising_steps}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if self.window_size < 1:
-            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
-        if self.entropy_threshold < 0 or self.position_penalty < 0:
-            raise ValueError("entropy_threshold and position_penalty must be >= 0, got "
-                             f"{self.entropy_threshold} and {self.position_penalty}")
-        if self.remasking_strategy not in STRATEGIES:
-            raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
-                             f"choose one of {', '.join(STRATEGIES)}")
 
 
 @dataclass

@@ -25,9 +25,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from textwm.data.jsonl import DataError, OnError, read_jsonl, write_jsonl
+from textwm.data.text import extract_output_field, normalize
 from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES, distinct_n, self_bleu
 from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES, mauve_score
-from textwm.metrics.normalize import extract_output_field, normalize
 from textwm.metrics.overlap import bleu_1, rouge_l_f1
 
 log = logging.getLogger(__name__)

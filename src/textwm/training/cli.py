@@ -1,35 +1,38 @@
-"""Command line of the SFT trainer (``sdar/train.py``, launched by ``sdar/train_sft.sh``)."""
+"""Command line of the SFT trainer (``sdar/train.py``, ``wedlm/train.py``, launched by ``sdar/train_sft.sh``).
+
+    python sdar/train.py --config sdar/configs/sft_example.yaml max_steps=10 --learning-rate 1e-4
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 
+def list_keys() -> None:
+    from textwm.config import leaves
+    from textwm.training.config import SFTConfig
+
+    for leaf in leaves(SFTConfig):
+        print(f"{leaf.key:30s} {leaf.default!r:24s} {leaf.help}")
+
+
 def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=description,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML config (keys: see `--list-keys`)")
-    p.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config keys, e.g. max_steps=10")
-    args = p.parse_args(argv)
+    from textwm.config import ConfigCLI, ConfigError
+    from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
 
-    from textwm.training.config import ConfigError, SFTConfig, load_config
-
-    if args.list_keys:
-        import dataclasses
-
-        for f in dataclasses.fields(SFTConfig):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            print(f"{f.name:30s} {default!r:24s} {f.metadata.get('help', '')}")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--list-keys" in argv:
+        list_keys()
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli = ConfigCLI(SFTConfig, prog=prog, description=description, ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
+    cli.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
     try:
-        config = load_config(args.config, args.overrides)
+        config, _ = cli.parse(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from textwm.data.jsonl import DataError
     from textwm.models.checkpoint import CheckpointError

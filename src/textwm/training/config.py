@@ -10,13 +10,13 @@ that names the closest valid key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from textwm import config
+from textwm.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,6 @@ IGNORED_LLAMAFACTORY_KEYS = frozenset({
     "preprocessing_num_workers", "plot_loss", "overwrite_output_dir", "save_only_model", "ddp_timeout",
     "include_effective_tokens_per_second",
 })
-
-
-class ConfigError(ValueError):
-    """A bad config value; the message names the key and what to do."""
 
 
 @dataclass
@@ -136,64 +132,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     Raises:
         ConfigError: unknown key (with the closest valid one), bad value, or unreadable YAML.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the config must be a mapping of keys to values")
-        data.update(loaded or {})
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r} is not key=value")
-        data[key.strip()] = yaml.safe_load(value)  # YAML typing: 10 -> int, true -> bool, null
-    valid = {f.name for f in dataclasses.fields(SFTConfig)}
-    ignored = sorted(k for k in data if k in IGNORED_LLAMAFACTORY_KEYS)
-    if ignored:
-        log.warning("ignoring LlamaFactory keys that do not apply here: %s", ", ".join(ignored))
-    unknown = [k for k in data if k not in valid and k not in IGNORED_LLAMAFACTORY_KEYS]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ConfigError(f"{path or 'overrides'}: unknown config key(s): {', '.join(hints)}")
-    types = {f.name: f.type for f in dataclasses.fields(SFTConfig)}
-    return SFTConfig(**{k: _coerce(k, v, types[k], path) for k, v in data.items() if k in valid})
+    return config.load(SFTConfig, path=path, overrides=overrides or (), ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
 
 
-def _coerce(key: str, value: Any, annotation: str, path: Any) -> Any:
-    """A YAML value as the field's type. PyYAML reads ``1e-5`` (no dot) as a string: accept it."""
-    kind = {"float": float, "int": int, "bool": bool}.get(str(annotation).split(" ")[0])
-    if kind is None or value is None:
-        return value
-    where = path or "overrides"
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
-    try:
-        number = float(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        number = None
-    if number is None:
-        raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
-    if kind is int:
-        if not number.is_integer():
-            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
-        return int(number)
-    return number
-
-
-def save_config(config: SFTConfig, path: str | Path) -> None:
+def save_config(cfg: SFTConfig, path: str | Path) -> None:
     """Write the resolved config as YAML (atomically) next to the outputs it produced."""
-    from textwm.data.jsonl import atomic_write
-
-    with atomic_write(path) as f:
-        f.write("# resolved textwm SFT config (every key, defaults included)\n")
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+    config.save_yaml(cfg, path, header="resolved textwm SFT config (every key, defaults included)")

@@ -3,7 +3,7 @@
 One :class:`EnvClient` plays one session at a time: the first ``reset`` opens a session (a JVM on
 the server), later resets play the new task in the same session (no JVM start), ``close`` ends it.
 
-Retries (with :class:`~textwm.serving.openai_client.RetryPolicy` backoff) cover connection errors
+Retries (with :class:`~textwm.clients.retry.RetryPolicy` backoff) cover connection errors
 and 5xx answers; 4xx answers are never retried. Two exceptions keep retries from doing harm:
 a ``session_lost`` answer (502: the session died with its worker) is final, and a step is retried
 only when it cannot have reached the env (the connection was never made, or the server answered
@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
+from textwm.clients.retry import TRANSIENT_STATUS, RetryPolicy
 from textwm.envs.protocol import EnvError, ResetResult, StepResult
-from textwm.serving.openai_client import TRANSIENT_STATUS, RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from textwm.envs.sciworld.responder import respond
 from textwm.envs.sciworld.reward import Goals, Outcome, episode_outcome
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
-from textwm.envs.sciworld.wm_prompt import wm_system_prompt, wm_user_message
+from textwm.envs.sciworld.wm_prompt import wm_state, wm_system_prompt
 from textwm.envs.simulator import WMQuery
 
 GUARD_ENV = "SCIWORLD_WM_GUARD"
@@ -31,10 +31,8 @@ class SciWorldEpisode:
         return respond(self.tracker, action)
 
     def wm_query(self, action: str) -> WMQuery:
-        # The proxy builds "State: <state>\n\nAction: <action>": the same user message as the training rows.
-        user = wm_user_message(self.tracker, action)
-        state = user.removeprefix("State: ").rsplit("\n\nAction: ", 1)[0]
-        return WMQuery(system_prompt=wm_system_prompt(self.tracker, action), state=state, action=action)
+        # The proxy builds the user message from state + action: the same text as the training rows.
+        return WMQuery(system_prompt=wm_system_prompt(self.tracker, action), state=wm_state(self.tracker), action=action)
 
     def observe(self, action: str, observation: str, source: str) -> None:
         self.actions.append(action)

@@ -13,6 +13,7 @@ episodes) and the simulator (simulated episodes) produce the same prompt for the
 
 from __future__ import annotations
 
+from textwm.data.wm_message import wm_user_message
 from textwm.envs.sciworld.tracker import HISTORY_STEPS, EpisodeTracker
 
 DOMAIN_RULES = """\
@@ -65,9 +66,9 @@ def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str
     ])
 
 
-def wm_user_message(tracker: EpisodeTracker, action: str) -> str:
-    steps = 1 if tracker.task.prompt_style == "compact" else HISTORY_STEPS
-    return f"State: {tracker.history_text(steps)}\n\nAction: {action}"
+def wm_state(tracker: EpisodeTracker) -> str:
+    """The ``state`` of the WM query: the recent history (one step in the compact layout)."""
+    return tracker.history_text(1 if tracker.task.prompt_style == "compact" else HISTORY_STEPS)
 
 
 def wm_messages(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
@@ -75,4 +76,4 @@ def wm_messages(tracker: EpisodeTracker, action: str, *, room_contents: str | No
     """The chat messages of a WM query (and, with the observation appended, of a training row)."""
     return [{"role": "system", "content": wm_system_prompt(tracker, action, room_contents=room_contents,
                                                            inventory=inventory)},
-            {"role": "user", "content": wm_user_message(tracker, action)}]
+            {"role": "user", "content": wm_user_message(wm_state(tracker), action)}]

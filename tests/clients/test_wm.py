@@ -5,8 +5,8 @@ import asyncio
 import pytest
 
 from tests.serving.scripted_http import ScriptedServer
-from textwm.serving.openai_client import RetryPolicy
-from textwm.serving.wm_client import AsyncWMClient, WMBadResponse, WMClient, WMUnavailable, unwrap_observation
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import AsyncWMClient, WMBadResponse, WMClient, WMUnavailable, unwrap_observation
 
 FAST = RetryPolicy(max_retries=2, backoff_s=0.01)
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import chat, run_script, write_lines
 from tests.serving.scripted_http import ScriptedServer
-from textwm.serving.openai_client import (
+from textwm.clients.openai import (
     ChatClient,
     ChatRequestError,
     RetryPolicy,

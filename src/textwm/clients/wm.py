@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from textwm.metrics.normalize import strip_tags
-from textwm.serving.openai_client import RetryPolicy
+from textwm.clients.retry import RetryPolicy
+from textwm.data.text import strip_tags
 
 #: Keys under which some AR world models wrap the observation (``{"observation": "..."}``).
 WRAPPER_KEYS = ("observation", "next_observation", "obs", "output", "response", "result", "text", "content")
@@ -92,23 +92,42 @@ def _result(resp: httpx.Response) -> WMResult:
 _RETRY_STATUS = frozenset({429, 503})
 
 
-def _outcome(resp: httpx.Response) -> WMResult | None:
-    """The result of an answer, None to retry, or raise for a final failure."""
+def _outcome(resp: httpx.Response) -> WMResult | str:
+    """The result of an answer, or the text of a failure worth retrying; raises for a final failure."""
     if resp.status_code in _RETRY_STATUS:
-        return None
+        return f"HTTP {resp.status_code}: {resp.text[:200]}"
     if resp.status_code in (502, 504):
         raise WMUnavailable(f"proxy answered {resp.status_code}: {resp.text[:300]}")
     return _result(resp)
 
 
-class WMClient:
-    """Synchronous WM client (one connection pool per client)."""
+def _transport_failure(exc: httpx.TransportError) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
-    def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
-                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None):
+
+class _BaseWMClient:
+    """What the sync and the async client share: defaults, the request body, the give-up error."""
+
+    def __init__(self, endpoint: str, *, retry: RetryPolicy, max_tokens: int, temperature: float,
+                 num_diffusion_steps: int | None):
         self.endpoint = endpoint
         self.retry = retry
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
+
+    def _body(self, system_prompt: Any, state: Any, action: Any, overrides: dict[str, Any]) -> dict:
+        return _payload(system_prompt, state, action, **{**self.defaults, **overrides})
+
+    def _exhausted(self, last: str) -> WMUnavailable:
+        return WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.attempts} attempts: {last}")
+
+
+class WMClient(_BaseWMClient):
+    """Synchronous WM client (one connection pool per client; safe to share between threads)."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
+                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None):
+        super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
+                         num_diffusion_steps=num_diffusion_steps)
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
 
     def close(self) -> None:
@@ -122,32 +141,27 @@ class WMClient:
 
     def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
         """Next observation for (system prompt, state, action). Raises WMUnavailable / WMBadResponse."""
-        body = _payload(system_prompt, state, action, **{**self.defaults, **overrides})
-        last = ""
-        for attempt in range(1, self.retry.max_retries + 2):
+        body = self._body(system_prompt, state, action, overrides)
+        for attempt in range(1, self.retry.attempts + 1):
             try:
-                resp = self._http.post(self.endpoint, json=body)
+                outcome = _outcome(self._http.post(self.endpoint, json=body))
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                result = _outcome(resp)
-                if result is not None:
-                    return result
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-            if attempt <= self.retry.max_retries:
+                outcome = _transport_failure(exc)
+            if isinstance(outcome, WMResult):
+                return outcome
+            if attempt < self.retry.attempts:
                 time.sleep(self.retry.delay(attempt))
-        raise WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.max_retries + 1} attempts: {last}")
+        raise self._exhausted(outcome)
 
 
-class AsyncWMClient:
+class AsyncWMClient(_BaseWMClient):
     """Asynchronous WM client with the same behaviour as :class:`WMClient`."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
                  max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
                  max_connections: int = 64):
-        self.endpoint = endpoint
-        self.retry = retry
-        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
+        super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
+                         num_diffusion_steps=num_diffusion_steps)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
                                        limits=httpx.Limits(max_connections=max_connections))
 
@@ -161,18 +175,14 @@ class AsyncWMClient:
         await self.aclose()
 
     async def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
-        body = _payload(system_prompt, state, action, **{**self.defaults, **overrides})
-        last = ""
-        for attempt in range(1, self.retry.max_retries + 2):
+        body = self._body(system_prompt, state, action, overrides)
+        for attempt in range(1, self.retry.attempts + 1):
             try:
-                resp = await self._http.post(self.endpoint, json=body)
+                outcome = _outcome(await self._http.post(self.endpoint, json=body))
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                result = _outcome(resp)
-                if result is not None:
-                    return result
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-            if attempt <= self.retry.max_retries:
+                outcome = _transport_failure(exc)
+            if isinstance(outcome, WMResult):
+                return outcome
+            if attempt < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt))
-        raise WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.max_retries + 1} attempts: {last}")
+        raise self._exhausted(outcome)

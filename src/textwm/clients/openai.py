@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +18,10 @@ from typing import Any
 import httpx
 from tqdm.auto import tqdm
 
+from textwm.clients.retry import TRANSIENT_STATUS, RetryPolicy
+
 log = logging.getLogger(__name__)
 
-#: HTTP statuses worth retrying: the server is busy, restarting or timed out.
-TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 class ChatRequestError(RuntimeError):
@@ -39,20 +38,6 @@ class ChatRequestError(RuntimeError):
     @property
     def timed_out(self) -> bool:
         return bool(self.transport) and "Timeout" in self.transport
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries with exponential backoff and jitter."""
-
-    max_retries: int = 3
-    backoff_s: float = 0.5
-    max_backoff_s: float = 8.0
-
-    def delay(self, attempt: int) -> float:
-        """Sleep before retry number ``attempt`` (1-based)."""
-        base = min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
-        return base * (0.5 + random.random() / 2)
 
 
 def chat_completions_url(api_url: str) -> str:

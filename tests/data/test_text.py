@@ -1,6 +1,6 @@
 import pytest
 
-from textwm.metrics.normalize import canonical_json, extract_output_field, normalize, strip_tags
+from textwm.data.text import canonical_json, extract_output_field, normalize, strip_tags
 
 
 @pytest.mark.parametrize(("raw", "clean"), [

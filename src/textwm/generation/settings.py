@@ -1,0 +1,54 @@
+"""The decoding knobs of every decoder (AR, SDAR, WeDLM), torch-free so that configs and CLIs can carry them.
+
+One :class:`DecodeSettings` object is carried by the eval-generation config, the WM server's config,
+the WM-stack launcher's backend spec and the local agent; its fields become their flags
+(:mod:`textwm.config` flattens it), so no entry point declares them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textwm.config import option
+from textwm.generation import STRATEGIES
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """Decoding knobs shared by the decoders (AR ignores the diffusion ones, SDAR the WeDLM ones)."""
+
+    gen_length: int = option(1024, "max new tokens")
+    temperature: float = option(1.0, "sampling temperature; 0 = greedy")
+    top_k: int = option(0, "top-k sampling; 0 = off")
+    top_p: float = option(1.0, "nucleus sampling")
+    block_length: int = option(4, "SDAR block length; divides the model's block_size")
+    denoising_steps: int = option(4, "SDAR denoising steps per block")
+    remasking_strategy: str = option("low_confidence_dynamic", "SDAR: which masks a step fills", choices=STRATEGIES)
+    confidence_threshold: float = option(0.85, "SDAR low_confidence_dynamic: fill every mask above this confidence")
+    entropy_budget: float = option(0.5, "SDAR entropy_bounded: entropy budget per step in nats")
+    repetition_penalty: float = option(1.0, ">1 discourages tokens already in the prompt or the output (1: off)")
+    seed: int | None = option(None, "sampling seed (none: unseeded)")
+    window_size: int = option(16, "WeDLM: slots decoded in parallel after the committed prefix")
+    entropy_threshold: float = option(0.4, "WeDLM: fill a mask when entropy + position_penalty * distance < this")
+    position_penalty: float = option(0.02, "WeDLM: entropy penalty per slot after the first mask")
+
+    def __post_init__(self) -> None:
+        if self.gen_length < 1:
+            raise ValueError(f"gen_length must be >= 1, got {self.gen_length}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.block_length < 1 or self.denoising_steps < 1:
+            raise ValueError(f"block_length and denoising_steps must be >= 1, got {self.block_length} and "
+                             f"{self.denoising_steps}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be >= 1, got {self.window_size}")
+        if self.entropy_threshold < 0 or self.position_penalty < 0:
+            raise ValueError("entropy_threshold and position_penalty must be >= 0, got "
+                             f"{self.entropy_threshold} and {self.position_penalty}")
+        if self.remasking_strategy not in STRATEGIES:
+            raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
+                             f"choose one of {', '.join(STRATEGIES)}")
