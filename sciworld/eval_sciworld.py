@@ -13,10 +13,11 @@
         --wm-transitions /tmp/sw/wm_test.jsonl --wm-path /tmp/tiny_sdar --num-gpus 0 --wm-max-tokens 16 \
         --single-step-limit 20 --output-dir /tmp/eval_sw
 
-Modes: agent-real, agent-wm, fidelity (single-step only), all. Outputs and definitions: sciworld/README.md.
+Modes: agent-real, agent-wm, fidelity (single-step only), all. The same as ``python -m textwm.eval --env
+sciworld ...``; outputs and definitions: sciworld/README.md.
 """
 
-from textwm.eval.run_sciworld import main
+from textwm.eval.run import main
 
 if __name__ == "__main__":
-    raise SystemExit(main(prog="sciworld/eval_sciworld.py"))
+    raise SystemExit(main(prog="sciworld/eval_sciworld.py", env="sciworld"))

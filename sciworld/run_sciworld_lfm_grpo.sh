@@ -9,7 +9,7 @@
 # Runtime: several hours for 3 epochs of the full task set on 1 GPU.
 #
 # This file holds the LFM2.5 defaults only; every other knob, the checks and the swift line are in
-# sciworld/grpo.sh. Every knob is an environment variable; extra arguments are appended to the swift
+# sciworld/grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
 # command line:
 #
 #   MODEL_PATH=runs/sciworld/sciworld_lfm_sft/v0-.../checkpoint-20 WM_ENDPOINT=http://127.0.0.1:30000/ \

@@ -8,7 +8,7 @@
 # Runtime: a day or more for 3 epochs of the full task set on 1 GPU.
 #
 # This file holds the Mistral defaults only; every other knob, the checks and the swift line are in
-# sciworld/grpo.sh. Every knob is an environment variable; extra arguments are appended to the swift
+# sciworld/grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
 # command line:
 #
 #   MODEL_PATH=runs/sciworld/sciworld_mistral_sft/v0-.../checkpoint-10 WM_ENDPOINT=http://127.0.0.1:30000/ \

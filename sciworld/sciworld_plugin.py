@@ -10,8 +10,6 @@ or use ``sciworld/run_sciworld_{qwen3,lfm,mistral}_grpo.sh``. Env switches (see 
 ``WM_ENDPOINT`` (the WM proxy), ``SCIWORLD_WM_GUARD=0`` (no local responder), ``TEXTWM_TRAJECTORY_LOG``.
 """
 
-from textwm.envs.sciworld.rl import SciWorldAdapter
 from textwm.rl.swift_adapters import register
 
-register(SciWorldAdapter, scheduler="sciworld_scheduler", reward="sciworld_reward",
-         scheduler_class="SciWorldScheduler", reward_class="SciWorldReward")
+register("sciworld")

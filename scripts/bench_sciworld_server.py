@@ -22,8 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from textwm.envs.client import EnvClient
 from textwm.envs.protocol import EnvError
-from textwm.envs.sciworld.client import EnvClient
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.serving.launch import ManagedProcess
 

@@ -124,8 +124,8 @@ def leaves(cls: type, *, prefix: tuple[str, ...] = (), rename: Mapping[str, str]
     hints = typing.get_type_hints(cls)
     out: list[Leaf] = []
     for f in dataclasses.fields(cls):
-        if not f.init or f.name.startswith("_"):
-            continue
+        if not f.init or f.name.startswith("_") or f.metadata.get("internal"):
+            continue  # ``field(metadata={"internal": True})``: set by code, not by users
         meta = _meta(f)
         tp = hints[f.name]
         default = getattr(defaults, f.name) if defaults is not None else _default(f)
@@ -287,7 +287,7 @@ def build(cls: type, values: Mapping[str, tuple[Any, str | None]]) -> Any:
         hints = typing.get_type_hints(tp)
         touched = False
         for f in dataclasses.fields(tp):
-            if not f.init or f.name.startswith("_"):
+            if not f.init or f.name.startswith("_") or f.metadata.get("internal"):
                 continue
             sub = (*path, f.name)
             if dataclasses.is_dataclass(hints[f.name]):
@@ -423,6 +423,8 @@ class ConfigCLI:
     def _help(self, leaf: Leaf) -> str:
         default = leaf.default
         shown = "required" if default is MISSING else f"default: {_show(default)}"
+        if leaf.choices and not leaf.positional:
+            shown = f"one of: {', '.join(map(str, leaf.choices))}; {shown}"
         if leaf.env:
             shown += f"; ${leaf.env} when set"
         return f"{leaf.help} ({shown})".replace("%", "%%")
@@ -444,11 +446,7 @@ class ConfigCLI:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(inner) in (list, tuple) or inner in (list, tuple):
             kwargs["nargs"] = "*"
-        if leaf.choices and inner is not bool:
-            kwargs["choices"] = [str(c) for c in leaf.choices] if inner is str else None
-            if kwargs["choices"] is None:
-                del kwargs["choices"]
-        self.parser.add_argument(*leaf.flags, **kwargs)
+        self.parser.add_argument(*leaf.flags, **kwargs)  # choices are checked by the resolver (a ConfigError)
 
     def parse(self, argv: Sequence[str] | None = None) -> tuple[Any, argparse.Namespace]:
         """The config and the non-config arguments. Raises ConfigError (argparse itself exits 2 on bad syntax)."""

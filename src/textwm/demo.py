@@ -21,11 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +33,6 @@ from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
 STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
 #: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
 DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
@@ -150,14 +146,15 @@ class Demo:
     # --- 1. data -----------------------------------------------------------------------------------
 
     def stage_data(self) -> dict[str, Any]:
-        from textwm.envs.sciworld.build import BuildConfig, build
+        from textwm.envs.build import build
+        from textwm.envs.sciworld.build import SciWorldBuildConfig
 
         c = self.config
-        report = build(BuildConfig(out_dir=str(self.path("data")), tasks=c.tasks,
-                                   variations={"train": c.train_variations, "dev": 0, "test": c.test_variations},
-                                   explore_episodes=1 if c.explore_steps else 0, explore_steps=c.explore_steps,
-                                   workers=c.workers, seed=c.seed, max_turns=c.agent_turns,
-                                   prompt_style=c.prompt_style))
+        report = build("sciworld", SciWorldBuildConfig(
+            out_dir=str(self.path("data")), tasks=c.tasks, train_variations=c.train_variations, dev_variations=0,
+            test_variations=c.test_variations, explore_episodes=1 if c.explore_steps else 0,
+            explore_steps=c.explore_steps, workers=c.workers, seed=c.seed, max_turns=c.agent_turns,
+            prompt_style=c.prompt_style))
         test = read_jsonl(self.path("data", "wm_test.jsonl")).rows
         write_jsonl(self.path("data", "eval_test.jsonl"), test[: c.eval_rows])  # eval_generate's file pattern
         return {"transitions": report.transitions, "tasks": list(c.tasks), "eval_rows": min(len(test), c.eval_rows)}
@@ -217,6 +214,7 @@ class Demo:
     # --- 4. GRPO inside the world model ------------------------------------------------------------
 
     def _stack(self):
+        from textwm.generation.settings import DecodeSettings
         from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
         c = self.config
@@ -227,8 +225,9 @@ class Demo:
         server, proxy = ManagedProcess("wm_server", self.path("stack")), ManagedProcess("wm_proxy", self.path("stack"))
         spec = BackendSpec(backend="native", model_path=str(self.path("wm_sdar")), port=c.wm_port,
                            served_model_name="demo-sdar-wm", device="cpu", max_model_len=4096,
-                           denoising_steps=c.denoising_steps)
-        server.start([*server_command(spec), "--temperature", "0", "--max-tokens", str(c.gen_length)])
+                           decode=DecodeSettings(gen_length=c.gen_length, temperature=0.0,
+                                                 denoising_steps=c.denoising_steps))
+        server.start(server_command(spec))
         try:
             server.wait_healthy(f"http://127.0.0.1:{c.wm_port}/health", 180)
             proxy.start([*proxy_command(c.proxy_port, f"http://127.0.0.1:{c.wm_port}"), "--timeout", "120"])
@@ -241,6 +240,8 @@ class Demo:
 
     def stage_grpo(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_checkpoint, chat_texts
+        from textwm.rl.launch import GRPOConfig
+        from textwm.rl.launch import run as run_grpo
 
         c = self.config
         agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + read_jsonl(
@@ -250,21 +251,21 @@ class Demo:
         server, proxy, endpoint = self._stack()
         out = self.path("grpo")
         shutil.rmtree(out, ignore_errors=True)
-        env = {**os.environ, "MODEL_PATH": str(self.path("agent_init")), "MODEL_TYPE": "qwen3", "TEMPLATE": "qwen3",
-               "WM_ENDPOINT": endpoint, "WM_MAX_TOKENS": str(c.gen_length), "DATA": str(self.path("data", "rl_train.jsonl")),
-               "OUTPUT_DIR": str(out), "NUM_GPUS": "0", "NUM_GENERATIONS": "2", "PER_DEVICE_TRAIN_BATCH_SIZE": "2",
-               "GRAD_ACCUM_STEPS": "1", "MAX_TURNS": str(c.grpo_turns), "MAX_COMPLETION_LENGTH": "16",
-               "MAX_LENGTH": "4096", "SAVE_STEPS": str(c.grpo_steps), "REPORT_TO": "none", "DATASET_NUM_PROC": "1",
-               "DATALOADER_NUM_WORKERS": "0", "SWIFT": str(Path(sys.executable).parent / "swift")}
+        grpo = GRPOConfig(env="sciworld", data=str(self.path("data", "rl_train.jsonl")),
+                          model_path=str(self.path("agent_init")), model_type="qwen3", template="qwen3",
+                          wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name="demo_grpo",
+                          num_gpus=0, num_generations=2, per_device_train_batch_size=2, grad_accum_steps=1,
+                          max_turns=c.grpo_turns, max_completion_length=16, max_length=4096,
+                          save_steps=c.grpo_steps, report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
+                          wm_max_tokens=c.gen_length, launcher="demo")
         try:
             with open(self.path("grpo.log"), "w") as logf:
-                proc = subprocess.run(["bash", str(REPO / "sciworld" / "run_sciworld_qwen3_grpo.sh"), "--max_steps",
-                                       str(c.grpo_steps)], env=env, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO)
+                code = run_grpo(grpo, ["--max_steps", str(c.grpo_steps)], stdout=logf)
         finally:
             proxy.stop()
             server.stop()
-        if proc.returncode != 0:
-            raise RuntimeError(f"GRPO failed (exit {proc.returncode}); see {self.path('grpo.log')}")
+        if code != 0:
+            raise RuntimeError(f"GRPO failed (exit {code}); see {self.path('grpo.log')}")
         (run_dir,) = out.glob("v*-*")
         logs = [json.loads(line) for line in (run_dir / "logging.jsonl").read_text().splitlines()]
         steps = [r for r in logs if "rewards/SciWorldReward/mean" in r]
@@ -280,14 +281,14 @@ class Demo:
     # --- 5. agent evaluation and WM fidelity -------------------------------------------------------
 
     def stage_agent_eval(self) -> dict[str, Any]:
-        from textwm.eval.run_sciworld import SciWorldEvalConfig, run
+        from textwm.eval.run import EvalConfig, run
 
         c = self.config
         server, proxy, endpoint = self._stack()
         results = {}
         try:
             for name in ("agent_init", "agent_grpo"):
-                out = run(SciWorldEvalConfig(mode="all", output_dir=str(self.path("agent_eval", name)),
+                out = run(EvalConfig(mode="all", env="sciworld", output_dir=str(self.path("agent_eval", name)),
                                              rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
                                              max_turns=c.agent_turns, workers=c.workers,
                                              agent_path=str(self.path(name)), device="cpu", wm_endpoint=endpoint,

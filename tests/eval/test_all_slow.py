@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import run_script
 from tests.eval.helpers import free_port, read_jsonl
+from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
 pytestmark = pytest.mark.slow
@@ -29,8 +30,8 @@ def wm_stack(tmp_path_factory, tiny_models):
     server_port, proxy_port = free_port(), free_port()
     server = ManagedProcess("wm_server", run_dir)
     spec = BackendSpec(backend="native", model_path=str(tiny_models[1]), port=server_port, served_model_name="tiny-wm",
-                       device="cpu", max_model_len=8192)
-    server.start([*server_command(spec), "--temperature", "0", "--max-tokens", "16"])
+                       device="cpu", max_model_len=8192, decode=DecodeSettings(gen_length=16, temperature=0.0))
+    server.start(server_command(spec))
     proxy = ManagedProcess("wm_proxy", run_dir)
     try:
         server.wait_healthy(f"http://127.0.0.1:{server_port}/health", 180)
@@ -87,21 +88,25 @@ def test_eval_all_end_to_end(sw_data, tiny_models, wm_stack, tmp_path):
 
 def test_a_worker_that_dies_mid_episode_is_replaced(sw_data):
     """The episode on a killed worker ends as env_error (counted); the next one plays on a replacement."""
+    import os
+    import signal
+
     from tests.eval.helpers import GoldAgent
-    from textwm.eval.sciworld import RealEnvFleet, evaluate_agent_real
+    from textwm.envs.blocking import BlockingPool
+    from textwm.eval.closed_loop import evaluate_agent_real
 
     gold = GoldAgent(sw_data.rows, sw_data.gold)
     row = next(r for r in sw_data.rows if r["task_id"].startswith("find-non-living-thing"))
-    with RealEnvFleet(1) as fleet:
+    with BlockingPool(sw_data.spec, 1) as pool:
         class Killer(GoldAgent):
             def reply(self, messages):
                 if len(self.seen) == 2:            # third reply of the first episode: its worker is killed
-                    fleet._procs[0].kill()
+                    os.kill(pool.health()["workers"][0]["pid"], signal.SIGKILL)
                 return super().reply(messages)
 
-        result = evaluate_agent_real([row], Killer(sw_data.rows, sw_data.gold), fleet=fleet, repeats=2,
-                                     progress=False)
-        assert fleet.restarts == 1
+        result = evaluate_agent_real(sw_data.spec, [sw_data.spec.load_row(row)], Killer(sw_data.rows, sw_data.gold),
+                                     pool=pool, repeats=2, progress=False)
+        assert pool.restarts == 1
     first, second = result.records
     assert (first.reason, first.turns, first.observations[-1]) == ("env_error", 3, None)
     assert "died" in first.error

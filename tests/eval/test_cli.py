@@ -6,11 +6,11 @@ import pytest
 
 from tests.eval.helpers import ChatServer, GoldAgent, GoldWM, free_port, read_jsonl
 from tests.eval.test_fidelity import transitions
-from textwm.eval.run_sciworld import SciWorldEvalConfig, main, parse_config
+from textwm.eval.run import EvalConfig, main, parse_config
 
 
 def run(*argv):
-    return main(list(argv), prog="eval_sciworld.py")
+    return main(list(argv), prog="eval_sciworld.py", env="sciworld")
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -40,12 +40,12 @@ def test_yaml_config_with_cli_overrides(tmp_path, capsys):
     rows.write_text("{}\n")
     cfg = tmp_path / "eval.yaml"
     cfg.write_text(f"rows: {rows}\nagent_url: http://127.0.0.1:1/v1\nworkers: 4\ntasks: [boil, melt]\n")
-    config = parse_config(["agent-real", "--config", str(cfg), "--output-dir", "o", "--workers", "3"])
-    assert isinstance(config, SciWorldEvalConfig)
+    config = parse_config(["agent-real", "--config", str(cfg), "--output-dir", "o", "--workers", "3"], env="sciworld")
+    assert isinstance(config, EvalConfig)
     assert (config.workers, config.tasks, config.rows, config.mode) == (3, ["boil", "melt"], str(rows), "agent-real")
     cfg.write_text("worker: 4\n")
     assert run("agent-real", "--config", str(cfg), "--output-dir", "o") == 2
-    assert "unknown key 'worker' (did you mean 'workers'?)" in capsys.readouterr().err
+    assert "unknown config key 'worker' (did you mean 'workers'?)" in capsys.readouterr().err
 
 
 def test_unreachable_endpoints_and_rows_without_sim_task(sw_data, tmp_path, capsys):

@@ -46,11 +46,12 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def sciworld_data(tmp_path_factory):
     pytest.importorskip("scienceworld", reason="ScienceWorld is in the [envs] extra")
-    from textwm.envs.sciworld.build import BuildConfig, build
+    from textwm.envs.build import build
+    from textwm.envs.sciworld.build import SciWorldBuildConfig
 
     out = tmp_path_factory.mktemp("sciworld_data")
-    build(BuildConfig(out_dir=str(out), tasks=("boil", "melt"), variations={"train": 1, "dev": 0, "test": 0},
-                      explore_episodes=0, workers=2))
+    build("sciworld", SciWorldBuildConfig(out_dir=str(out), tasks=("boil", "melt"), train_variations=1,
+                                          dev_variations=0, test_variations=0, explore_episodes=0, workers=2))
     return out
 
 

@@ -13,11 +13,12 @@ import socket
 import pytest
 
 from tests.serving.scripted_http import ScriptedServer
+from textwm.envs import get_env
+from textwm.envs.contract import Outcome
+from textwm.envs.episode import FEEDBACK
 from textwm.envs.sciworld.agent import rl_row
-from textwm.envs.sciworld.rl import INVALID_REPLY_HINT, SciWorldAdapter
 from textwm.envs.sciworld.tracker import Task
 from textwm.rl.swift_adapters import (
-    FEEDBACK,
     STATE_KEY,
     TrajectoryLog,
     WMSettings,
@@ -27,6 +28,7 @@ from textwm.rl.swift_adapters import (
 )
 
 protocol = pytest.importorskip("swift.infer_engine.protocol", reason="ms-swift is in the [rl] extra")
+SPEC = get_env("sciworld")
 
 KITCHEN = ("This room is called the kitchen. In it, you see: \n\tthe agent\n\ta substance called air\n"
            "\ta stove, which is turned off. On the stove is: nothing.\n\ta sink, which is turned off. In the sink "
@@ -63,7 +65,7 @@ def wm_env(monkeypatch):
 
 @pytest.fixture(scope="module")
 def scheduler_cls():
-    return make_scheduler_class(SciWorldAdapter, "SciWorldScheduler")
+    return make_scheduler_class("sciworld")
 
 
 def request_for(row: dict):
@@ -101,7 +103,7 @@ def test_episode_state_travels_with_the_request(wm_env, scheduler_cls):
     assert not r["done"] and r["rollout_infos"]["sources"] == ["local"]
     assert request.messages[-1] == {"role": "user", "content": "You teleport to the hallway."}
     state = request.data_dict[STATE_KEY]
-    assert json.dumps(state) and state["env"]["tracker"]["room"] == "hallway"  # plain JSON
+    assert json.dumps(state) and state["episode"]["tracker"]["room"] == "hallway"  # plain JSON
     # The state is plain JSON inside the request: a copy continues on a fresh scheduler (another process).
     copy = protocol.RolloutInferRequest(messages=json.loads(json.dumps(request.messages)),
                                         data_dict=json.loads(json.dumps(request.data_dict)), uuid="r0")
@@ -120,13 +122,13 @@ def test_unparseable_replies_get_a_hint_then_end_the_episode(wm_env, scheduler_c
     for turn, reply in enumerate(["", "```\nlook around\n```"], start=1):
         r = play(scheduler, request, reply, turn)
         assert not r["done"]
-        assert request.messages[-1] == {"role": "user", "content": INVALID_REPLY_HINT}
+        assert request.messages[-1] == {"role": "user", "content": SPEC.invalid_reply_hint}
     r = play(scheduler, request, "   ", 3)
     infos = r["rollout_infos"]
     assert r["done"] and infos["end_reason"] == "unparseable_streak" and infos["unparseable"] == 3
     assert infos["sources"] == [FEEDBACK] * 3 and infos["actions"] == [None] * 3
     assert scheduler.counters.unparseable == 3 and scheduler.counters.episodes == 1
-    assert SciWorldAdapter().reward(infos["outcome"]) == pytest.approx(-0.1)
+    assert SPEC.reward(Outcome.from_dict(infos["outcome"])) == pytest.approx(-0.1)
 
 
 def test_repeated_action_ends_the_episode(wm_env, scheduler_cls):
@@ -151,7 +153,7 @@ def test_wm_down_ends_the_episode_marked_wm_error(wm_env, scheduler_cls, caplog)
     assert "world model failed" in caplog.text and "1 WM failures" in caplog.text
     # Rewarded as the trajectory so far: nothing scored yet.
     assert infos["outcome"] == {"done": False, "reason": None, "score": 0.0}
-    assert SciWorldAdapter().reward(infos["outcome"]) == 0.0
+    assert SPEC.reward(Outcome.from_dict(infos["outcome"])) == 0.0
 
 
 def test_wm_answers_and_busy_wm_is_retried(wm_env, scheduler_cls):
@@ -227,7 +229,7 @@ def test_reward_scores_outcomes_and_logs_trajectories(wm_env, scheduler_cls, tmp
     play(scheduler, request, "teleport to kitchen", 1)
     infos = play(scheduler, request, "focus on water", 2)["rollout_infos"]   # WM down: wm_error
     good = {**infos, "outcome": {"done": True, "reason": "success", "score": 100.0}, "wm_error": False}
-    reward_fn = make_reward_class(SciWorldAdapter, "SciWorldReward")()
+    reward_fn = make_reward_class("sciworld")()
 
     class State:
         global_step = 7

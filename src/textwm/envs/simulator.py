@@ -1,48 +1,29 @@
 """The Simulator: every environment step answered by the local responder or the world model.
 
-Env-agnostic: an env plugs in an :class:`Episode` (its per-episode state, its local responder, its
-WM prompt). The simulator asks the responder first (unless disabled: the paper's ``*_WM_GUARD=0``),
-else the WM client, records which one answered, and feeds the observation back to the episode. A
-WM failure is reported as such (:class:`SimStep.error`), never replaced by a made-up observation.
+Env-agnostic: an env plugs in a :class:`~textwm.envs.contract.SimEpisode` (its per-episode state,
+its local responder, its WM prompt, its outcome). The simulator asks the responder first (unless
+disabled: the paper's ``<ENV>_WM_GUARD=0``), else the WM client, records which one answered, feeds
+the observation back to the episode and returns a :class:`~textwm.envs.episode.Step` with the
+episode's outcome. A WM failure is reported as such (``Step.error``, failure ``wm_error``), never
+replaced by a made-up observation.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from textwm.clients.wm import WMClient, WMError
+from textwm.envs.contract import SimEpisode
+from textwm.envs.episode import Step
 
 log = logging.getLogger(__name__)
 
 LOCAL, WM = "local", "wm"
-
-
-@dataclass(frozen=True)
-class WMQuery:
-    system_prompt: str
-    state: str
-    action: str
-
-
-class Episode(Protocol):
-    """Per-episode state of one env, plain data that can travel with a request."""
-
-    def local_answer(self, action: str) -> str | None: ...
-
-    def wm_query(self, action: str) -> WMQuery: ...
-
-    def observe(self, action: str, observation: str, source: str) -> None: ...
-
-
-@dataclass
-class SimStep:
-    observation: str | None
-    source: str | None
-    #: Set when the world model failed: the caller ends the episode and counts it.
-    error: str | None = None
+WM_ERROR = "wm_error"
 
 
 @dataclass
@@ -71,25 +52,32 @@ class Simulator:
         self.wm = wm
         self.use_local = use_local
         self.stats = SimulatorStats()
+        self._lock = threading.Lock()  # episodes of one simulator may step in parallel threads
 
-    def step(self, episode: Episode, action: str) -> SimStep:
+    def step(self, episode: SimEpisode, action: str) -> Step:
+        """Answer ``action`` in ``episode`` (which records it); a WM failure is a failed step, not an observation."""
         if self.use_local:
             answer = episode.local_answer(action)
             if answer is not None:
-                episode.observe(action, answer, LOCAL)
-                self.stats.local += 1
-                return SimStep(answer, LOCAL)
+                return self._answered(episode, action, answer, LOCAL)
         if self.wm is None:
-            self.stats.wm_errors += 1
-            return SimStep(None, None, error="no world model configured for a step the responder cannot answer")
+            return self._failed(episode, "no world model configured for a step the responder cannot answer")
         q = episode.wm_query(action)
         try:
             result = self.wm.predict(q.system_prompt, q.state, q.action)
         except WMError as exc:
-            self.stats.wm_errors += 1
-            self.stats.last_errors = [*self.stats.last_errors[-9:], str(exc)]
             log.warning("world model failed on %r: %s", action, exc)
-            return SimStep(None, None, error=f"{type(exc).__name__}: {exc}")
-        episode.observe(action, result.observation, WM)
-        self.stats.wm += 1
-        return SimStep(result.observation, WM)
+            return self._failed(episode, f"{type(exc).__name__}: {exc}")
+        return self._answered(episode, action, result.observation, WM)
+
+    def _answered(self, episode: SimEpisode, action: str, observation: str, source: str) -> Step:
+        episode.observe(action, observation, source)
+        with self._lock:
+            setattr(self.stats, source, getattr(self.stats, source) + 1)
+        return Step(observation, episode.outcome(), source=source)
+
+    def _failed(self, episode: SimEpisode, error: str) -> Step:
+        with self._lock:
+            self.stats.wm_errors += 1
+            self.stats.last_errors = [*self.stats.last_errors[-9:], error]
+        return Step(None, episode.outcome(), error=error, failure=WM_ERROR)

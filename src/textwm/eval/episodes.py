@@ -5,17 +5,12 @@ conversation of every live episode (so a local checkpoint decodes them as one ba
 gets them concurrently); (3) one parallel env step for every parsed action. A finished episode frees
 its slot at once, so the batch stays full while episodes remain.
 
-Unparseable replies (``parse`` returns None) are counted per episode and never sent to the env, and
-never answered with an env-like text: the agent gets ``unparseable_note`` (the env's format hint that
-RL training uses too, e.g. :data:`textwm.envs.sciworld.rl.INVALID_REPLY_HINT`; by default
-:data:`UNPARSEABLE_NOTE`); the turn counts against ``max_turns``, and
-``unparseable_limit`` consecutive ones end the episode (reason ``unparseable_streak``), the same
-rule the simulated episodes' reward applies.
-
-Episode end reasons: the env's (``success``, ``wrong_focus``, ``env_done``; the simulator's
-``repeat``, ``oscillation``, ``invalid_streak``), ``max_turns``, ``unparseable_streak``, and the
-failures ``agent_error``, ``env_error``, ``wm_error`` (counted apart in the summary, and kept in
-the success-rate denominators: a failed episode did not succeed).
+The turn rules are the ones RL rollouts follow (:class:`~textwm.envs.episode.Trajectory`): the env's
+parser, its format hint after an unparseable reply (never an env-like text; the env is not stepped),
+its streak limit, the turn limit. End reasons: the env's (``success``, ``wrong_focus``, ``env_done``;
+the simulator's ``repeat``, ``oscillation``, ``invalid_streak``), ``max_turns``,
+``unparseable_streak``, and the failures ``agent_error``, ``env_error``, ``wm_error`` (counted apart
+in the summary, and kept in the success-rate denominators: a failed episode did not succeed).
 """
 
 from __future__ import annotations
@@ -30,13 +25,11 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
+from textwm.envs.contract import Outcome
+from textwm.envs.episode import FAILURE_REASONS, Step, Trajectory, TurnRules
 from textwm.eval.agents import Agent, AgentError
 
 log = logging.getLogger(__name__)
-
-UNPARSEABLE_NOTE = ("[evaluation harness, not the environment] No action was found in your last reply, so the "
-                    "environment was not stepped. Reply with exactly one action.")
-FAILURE_REASONS = ("agent_error", "env_error", "wm_error")
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,7 @@ class EpisodeJob:
     #: The conversation the agent starts from (system prompt, first user message, ...).
     messages: tuple[dict[str, str], ...]
     max_turns: int
-    #: Whatever the backend needs to start the episode (an RL task row, a list of actions, ...).
+    #: Whatever the backend needs to start the episode (a TaskStart, a list of actions, ...).
     payload: Any = None
 
 
@@ -58,20 +51,8 @@ class Started:
 
     messages: list[dict[str, str]] | None = None
     error: str | None = None
-
-
-@dataclass
-class Stepped:
-    """One env step's result. ``done`` with ``reason`` when the env ended the episode."""
-
-    observation: str | None
-    score: float
-    done: bool = False
-    reason: str | None = None
-    #: Who produced the observation (simulator: ``local`` or ``wm``; None for a real env).
-    source: str | None = None
-    #: Set when the step failed (the episode ends with ``reason``, ``env_error`` by default).
-    error: str | None = None
+    #: Extra fields for the episode's record (e.g. ``start_rebuilt``).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class EpisodeEnv(Protocol):
@@ -81,10 +62,10 @@ class EpisodeEnv(Protocol):
 
     def start(self, jobs: dict[int, EpisodeJob]) -> dict[int, Started]: ...
 
-    def step(self, actions: dict[int, str]) -> dict[int, Stepped]: ...
+    def step(self, actions: dict[int, str]) -> dict[int, Step]: ...
 
-    def unparseable(self, slot: int) -> None:
-        """The agent's reply in ``slot`` held no action (the env is not stepped)."""
+    def unparseable(self, slot: int) -> Outcome | None:
+        """The agent's reply in ``slot`` held no action (the env is not stepped); the env's new outcome, if any."""
         ...
 
     def release(self, slot: int) -> dict[str, Any]:
@@ -105,7 +86,7 @@ class EpisodeRecord:
     turns: int
     reason: str
     #: One entry per turn: the parsed action (None: unparseable reply), the observation and the score
-    #: after it (None where the env was not stepped).
+    #: after it (None where the env was not stepped), who answered (local / wm / feedback; None: the real env).
     actions: list[str | None] = field(default_factory=list)
     observations: list[str | None] = field(default_factory=list)
     scores: list[float | None] = field(default_factory=list)
@@ -115,6 +96,14 @@ class EpisodeRecord:
     error: str | None = None
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, job: EpisodeJob, mode: str, t: Trajectory, *, success: bool, seconds: float,
+           extra: dict[str, Any]) -> EpisodeRecord:
+        return cls(mode=mode, episode_id=job.episode_id, task_id=job.task_id, task=job.task, score=t.score,
+                   success=success, done=t.env_ended, turns=t.turns, reason=t.end_reason or "", actions=t.actions,
+                   observations=t.observations, scores=t.scores, sources=t.sources, replies=t.replies,
+                   unparseable=t.unparseable, error=t.error, seconds=round(seconds, 3), extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -128,23 +117,13 @@ class EpisodeRecord:
 class _Live:
     job: EpisodeJob
     messages: list[dict[str, str]]
+    trajectory: Trajectory
     started: float
-    record: EpisodeRecord
-    streak: int = 0
-    finished: bool = False
-
-    def finish(self, reason: str, *, done: bool = False, error: str | None = None) -> None:
-        self.record.reason, self.record.done, self.record.error, self.finished = reason, done, error, True
+    extra: dict[str, Any]
 
 
-def _record(job: EpisodeJob, mode: str) -> EpisodeRecord:
-    return EpisodeRecord(mode=mode, episode_id=job.episode_id, task_id=job.task_id, task=job.task, score=0.0,
-                         success=False, done=False, turns=0, reason="")
-
-
-def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, parse: Callable[[str], str | None],
-                 mode: str, success_score: float, unparseable_limit: int, unparseable_note: str = UNPARSEABLE_NOTE,
-                 progress: bool = True) -> list[EpisodeRecord]:
+def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, rules: TurnRules, mode: str,
+                 is_success: Callable[[float], bool], progress: bool = True) -> list[EpisodeRecord]:
     """Play every job to its end; returns one record per job, in job order."""
     pending = deque(jobs)
     live: dict[int, _Live] = {}
@@ -153,11 +132,9 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, p
 
     def close(slot: int) -> None:
         ep = live.pop(slot)
-        rec = ep.record
-        rec.success = rec.score >= success_score
-        rec.seconds = round(time.perf_counter() - ep.started, 3)
-        rec.extra.update(env.release(slot))
-        done[rec.episode_id] = rec
+        extra = {**ep.extra, **env.release(slot)}
+        done[ep.job.episode_id] = EpisodeRecord.of(ep.job, mode, ep.trajectory, success=is_success(ep.trajectory.score),
+                                                   seconds=time.perf_counter() - ep.started, extra=extra)
         bar.update(1)
 
     try:
@@ -168,10 +145,14 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, p
                     starting[slot] = pending.popleft()
             for slot, start in (env.start(starting) if starting else {}).items():
                 job = starting[slot]
-                ep = _Live(job, list(start.messages or job.messages), time.perf_counter(), _record(job, mode))
-                live[slot] = ep
+                trajectory = Trajectory(job.task_id, max_turns=job.max_turns)
+                live[slot] = _Live(job, list(start.messages or job.messages), trajectory, time.perf_counter(),
+                                   dict(start.extra))
                 if start.error is not None:
-                    ep.finish("env_error", error=f"start failed: {start.error}")
+                    trajectory.fail("env_error", f"start failed: {start.error}")
+                elif job.max_turns < 1:
+                    trajectory.finish("max_turns")
+                if trajectory.finished:
                     close(slot)
             if not live:
                 continue
@@ -181,46 +162,24 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, p
                 raise RuntimeError(f"the agent returned {len(replies)} replies for {len(slots)} conversations")
             actions: dict[int, str] = {}
             for slot, text in zip(slots, replies):
-                ep, rec = live[slot], live[slot].record
+                ep = live[slot]
                 if isinstance(text, AgentError):
-                    ep.finish("agent_error", error=str(text))
+                    ep.trajectory.fail("agent_error", str(text))
                     continue
-                rec.turns += 1
-                rec.replies.append(text)
                 ep.messages.append({"role": "assistant", "content": text})
-                action = parse(text)
+                action = ep.trajectory.reply(text, rules)
                 if action is not None:
-                    ep.streak = 0
                     actions[slot] = action
-                    continue
-                rec.unparseable += 1
-                ep.streak += 1
-                for seq in (rec.actions, rec.observations, rec.scores, rec.sources):
-                    seq.append(None)
-                env.unparseable(slot)
-                if ep.streak >= unparseable_limit:
-                    ep.finish("unparseable_streak")
-                elif rec.turns >= ep.job.max_turns:
-                    ep.finish("max_turns")
                 else:
-                    ep.messages.append({"role": "user", "content": unparseable_note})
-            for slot, result in (env.step(actions) if actions else {}).items():
-                ep, rec = live[slot], live[slot].record
-                rec.actions.append(actions[slot])
-                rec.observations.append(result.observation)
-                rec.scores.append(result.score)
-                rec.sources.append(result.source)
-                rec.score = result.score
-                if result.error is not None:
-                    ep.finish(result.reason or "env_error", error=result.error)
-                elif result.done:
-                    ep.finish(result.reason or "env_done", done=True)
-                elif rec.turns >= ep.job.max_turns:
-                    ep.finish("max_turns")
-                else:
-                    ep.messages.append({"role": "user", "content": result.observation or ""})
-            for slot in [s for s in slots if live[s].finished]:
-                close(slot)
+                    ep.trajectory.skipped(rules, env.unparseable(slot))
+            for slot, step in (env.step(actions) if actions else {}).items():
+                live[slot].trajectory.stepped(actions[slot], step)
+            for slot in slots:
+                ep = live[slot]
+                if ep.trajectory.finished:
+                    close(slot)
+                elif ep.trajectory.pending is not None:
+                    ep.messages.append({"role": "user", "content": ep.trajectory.pending})
     finally:
         bar.close()
     return [done[job.episode_id] for job in jobs]
@@ -254,7 +213,8 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     return summary
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
+    """A table cell: ``n/a`` for None, three decimals for a float."""
     if value is None:
         return "n/a"
     return f"{value:.3f}" if isinstance(value, float) else str(value)
@@ -264,8 +224,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     """A per-task table (success rate, mean score) with the overall row and the end reasons."""
     lines = ["| task | episodes | successes | success rate | mean score |", "|---|---|---|---|---|"]
     for task, b in [*summary["per_task"].items(), ("**all**", summary)]:
-        lines.append(f"| {task} | {b['episodes']} | {b['successes']} | {_fmt(b['success_rate'])} | "
-                     f"{_fmt(b['mean_score'])} |")
+        lines.append(f"| {task} | {b['episodes']} | {b['successes']} | {fmt(b['success_rate'])} | "
+                     f"{fmt(b['mean_score'])} |")
     reasons = ", ".join(f"{k}: {v}" for k, v in summary["reasons"].items()) or "none"
     failures = ", ".join(f"{r}s: {summary[f'{r}s']}" for r in FAILURE_REASONS)
     lines += ["", f"- end reasons: {reasons}", f"- unparseable replies: {summary['unparseable_replies']}; "

@@ -21,6 +21,7 @@ from typing import Any
 
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import validate_target_row
+from textwm.eval.episodes import fmt
 from textwm.generation.api import ApiGenerationConfig
 
 log = logging.getLogger(__name__)
@@ -177,22 +178,16 @@ def closed_loop_fidelity(real: dict[str, Any], wm: dict[str, Any], w2r: dict[str
             "cr": cr, "cr_note": note, "per_task": per_task, "definitions": DEFINITIONS}
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
 def closed_loop_markdown(fidelity: dict[str, Any]) -> str:
     lines = ["| | episodes | successes | success rate | mean score |", "|---|---|---|---|---|"]
     for mode, label in (("real", "Real"), ("wm", "WM"), ("w2r", "W2R")):
         b = fidelity[mode]
-        lines.append(f"| {label} | {b['episodes']} | {b['successes']} | {_fmt(b['success_rate'])} | "
-                     f"{_fmt(b['mean_score'])} |")
-    lines += ["", f"**CR = W2R / Real = {_fmt(fidelity['cr'])}**" + (f" ({fidelity['cr_note']})"
+        lines.append(f"| {label} | {b['episodes']} | {b['successes']} | {fmt(b['success_rate'])} | "
+                     f"{fmt(b['mean_score'])} |")
+    lines += ["", f"**CR = W2R / Real = {fmt(fidelity['cr'])}**" + (f" ({fidelity['cr_note']})"
                                                                     if fidelity["cr_note"] else ""), "",
               "| task | Real | WM | W2R | CR |", "|---|---|---|---|---|"]
     for task, t in fidelity["per_task"].items():
-        cells = [f"{_fmt(t[m]['success_rate'])} ({t[m]['successes']}/{t[m]['episodes']})" for m in ("real", "wm", "w2r")]
-        lines.append(f"| {task} | {' | '.join(cells)} | {_fmt(t['cr'])} |")
+        cells = [f"{fmt(t[m]['success_rate'])} ({t[m]['successes']}/{t[m]['episodes']})" for m in ("real", "wm", "w2r")]
+        lines.append(f"| {task} | {' | '.join(cells)} | {fmt(t['cr'])} |")
     return "\n".join(lines) + "\n"

@@ -1,13 +1,15 @@
-"""ms-swift adapters: one multi-turn scheduler and one ORM reward over any simulated env.
+"""ms-swift adapters: one multi-turn scheduler and one ORM reward over any registered env.
 
-An env supplies an :class:`EnvAdapter`; :func:`register` builds the two classes and puts them in
-ms-swift's registries (``swift.rollout.multi_turns`` and ``swift.rewards.orms``), so an env's
-``<env>_plugin.py`` is a few lines. ms-swift is imported only when a class is built.
+An env is an :class:`~textwm.envs.contract.EnvSpec` in the registry; :func:`register` builds the two
+classes for it and puts them in ms-swift's registries (``swift.rollout.multi_turns`` and
+``swift.rewards.orms``) as ``<env>_scheduler`` and ``<env>_reward``, so an env's ``<env>_plugin.py``
+is one line. ms-swift is imported only when a class is built.
 
 One agent turn, as ms-swift 4.6 drives it (colocate: ``swift.rollout.agent_loop.run_multi_turn``;
 server mode: ``MultiTurnScheduler.run``; both call the same hooks in this order):
 
-1. ``on_turn_end(request, choice, turn)``: the reply is parsed; an action is answered by the
+1. ``on_turn_end(request, choice, turn)``: the reply goes through the one episode loop
+   (:class:`~textwm.envs.episode.Trajectory`, shared with evaluation): an action is answered by the
    :class:`~textwm.envs.simulator.Simulator` (local responder, else the world model over HTTP); the
    env's outcome (goals, loops, streaks) and the turn limits decide ``done``. Returns
    ``{"done": ..., "rollout_infos": ...}``; ``done`` overrides ``check_finished``.
@@ -41,17 +43,22 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from textwm._optional import require
 from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
-from textwm.envs.simulator import Simulator, guard_enabled
+from textwm.data.jsonl import DataError
+from textwm.envs.contract import EnvSpec, Outcome
+from textwm.envs.episode import Trajectory, TurnRules
+from textwm.envs.registry import get_env
+from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
 
 log = logging.getLogger(__name__)
+
 
 #: Key of the episode state in ``RolloutInferRequest.data_dict``.
 STATE_KEY = "textwm_episode"
@@ -60,47 +67,10 @@ TRAJECTORY_LOG_ENV = "TEXTWM_TRAJECTORY_LOG"
 TRAJECTORY_LOG_NAME = "trajectories.jsonl"
 #: Where the log goes when neither the env var nor the trainer's output_dir is known.
 FALLBACK_TRAJECTORY_LOG = Path("runs") / TRAJECTORY_LOG_NAME
-#: Source of a user turn that is a format hint after an unparseable reply (not an env observation).
-FEEDBACK = "feedback"
-#: End reasons beside the env's own (success, wrong focus, loops, streaks).
-WM_ERROR, MAX_TURNS = "wm_error", "max_turns"
 
 
-class EnvAdapter(Protocol):
-    """What an env supplies to the generic scheduler and reward. Episodes are the env's own objects."""
-
-    #: Short env name, used in logs and trajectory records.
-    name: str
-    #: The paper's switch, e.g. ``SCIWORLD_WM_GUARD``: ``0`` sends every step to the world model.
-    guard_env: str
-
-    def start(self, row: Mapping[str, Any]) -> Any:
-        """A fresh episode from a dataset row (the request's ``data_dict``); ValueError naming the row if impossible."""
-        ...
-
-    def parse_action(self, reply: str) -> str | None:
-        """The action in an agent reply, None if there is none."""
-        ...
-
-    def invalid_reply_hint(self) -> str:
-        """What the agent is told after an unparseable reply (what a valid action looks like)."""
-        ...
-
-    def mark_unparseable(self, episode: Any) -> None:
-        """Record an unparseable reply in the episode (its streak rule may end it)."""
-        ...
-
-    def outcome(self, episode: Any) -> dict[str, Any]:
-        """``{"done": bool, "reason": str | None, "score": float}`` from the trajectory alone."""
-        ...
-
-    def reward(self, outcome: Mapping[str, Any]) -> float:
-        """GRPO reward of an outcome (as returned by :meth:`outcome`)."""
-        ...
-
-    def to_dict(self, episode: Any) -> dict[str, Any]: ...
-
-    def from_dict(self, data: Mapping[str, Any]) -> Any: ...
+def _spec(env: str | EnvSpec) -> EnvSpec:
+    return get_env(env) if isinstance(env, str) else env
 
 
 # --- configuration -----------------------------------------------------------------------------------
@@ -193,86 +163,74 @@ def _positive_int(value: Any) -> int | None:
 
 
 class EpisodeDriver:
-    """Plays episodes turn by turn over plain-JSON state; knows nothing about ms-swift.
+    """Plays episodes of one env turn by turn over plain-JSON state; knows nothing about ms-swift.
 
     Args:
-        adapter: the env.
+        spec: the env.
         simulator: answers actions (local responder and/or world model).
         max_turns: the trainer's turn limit (``--max_turns``); a row's own ``max_turns`` column,
             if smaller, wins.
     """
 
-    def __init__(self, adapter: EnvAdapter, simulator: Simulator, *, max_turns: int | None = None):
-        self.adapter = adapter
+    def __init__(self, spec: EnvSpec, simulator: Simulator, *, max_turns: int | None = None):
+        self.spec = spec
+        self.rules = TurnRules.of(spec)
         self.simulator = simulator
         self.max_turns = _positive_int(max_turns)
         self.counters = RolloutCounters()
 
     def begin(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """State of a new episode (JSON-serialisable) for a dataset row."""
-        episode = self.adapter.start(row)
-        limits = [n for n in (self.max_turns, _positive_int(row.get("max_turns"))) if n]
-        return {"task_id": str(row.get("task_id", "")), "env": self.adapter.to_dict(episode),
-                "max_turns": min(limits) if limits else None, "turns": [], "pending": None, "done": False,
-                "end_reason": None, "wm_error": None, "unparseable": 0, "outcome": self.adapter.outcome(episode)}
+        """State of a new episode (JSON-serialisable) for a dataset row; ValueError naming the row if impossible."""
+        try:
+            start = self.spec.load_row(row, need_sim=True)
+        except DataError as exc:
+            raise ValueError(f"{self.spec.name} RL row {row.get('task_id', '?')!r}: {exc}") from None
+        episode = self.spec.start_episode(start)
+        limits = [n for n in (self.max_turns, start.max_turns) if n]
+        trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
+        return {"episode": episode.to_dict(), "trajectory": trajectory.to_dict()}
 
     def turn(self, state: dict[str, Any], reply: str) -> TurnResult:
         """Advance ``state`` (in place) by one agent reply."""
-        if state["done"]:
-            raise RuntimeError(f"episode {state['task_id']!r} already ended ({state['end_reason']}); "
-                               "the scheduler was asked for another turn")
-        episode = self.adapter.from_dict(state["env"])
-        action = self.adapter.parse_action(reply)
+        trajectory = Trajectory.from_dict(state["trajectory"])
+        episode = self.spec.episode_from_dict(state["episode"])
+        action = trajectory.reply(reply, self.rules)
         if action is None:
-            self.adapter.mark_unparseable(episode)
-            hint = self.adapter.invalid_reply_hint()
-            record = {"action": None, "observation": hint, "source": FEEDBACK}
-            state["unparseable"] += 1
+            episode.unparseable()
+            trajectory.skipped(self.rules, episode.outcome())
             self.counters.add(unparseable=1)
         else:
-            step = self.simulator.step(episode, action)
-            if step.error is not None:
-                record = {"action": action, "observation": None, "source": None}
-                state["wm_error"] = step.error
-            else:
-                record = {"action": action, "observation": step.observation, "source": step.source}
-        state["turns"].append(record)
-        state["env"] = self.adapter.to_dict(episode)
-        outcome = state["outcome"] = self.adapter.outcome(episode)
-        limit = state["max_turns"]
-        if state["wm_error"]:
-            reason = WM_ERROR
-        elif outcome.get("done"):
-            reason = outcome.get("reason") or "done"
-        elif limit and len(state["turns"]) >= limit:
-            reason = MAX_TURNS
-        else:
-            reason = None
+            trajectory.stepped(action, self.simulator.step(episode, action))
+        state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
         self.counters.add(turns=1)
-        if reason is not None:
-            self._finish(state, reason)
-            state["pending"] = None
-        else:
-            state["pending"] = record["observation"]
-        return TurnResult(state["done"], state["pending"], self.infos(state))
+        if trajectory.finished:
+            self._finished(trajectory)
+        return TurnResult(trajectory.finished, trajectory.pending, self.infos(state))
 
-    def _finish(self, state: dict[str, Any], reason: str) -> None:
-        state["done"], state["end_reason"] = True, reason
-        self.counters.add(episodes=1, wm_errors=int(reason == WM_ERROR))
-        if reason == WM_ERROR:
+    def _finished(self, trajectory: Trajectory) -> None:
+        failed = trajectory.end_reason == WM_ERROR
+        self.counters.add(episodes=1, wm_errors=int(failed))
+        if failed:
             c = self.counters
             log.warning("%s: world model failed on task %s at turn %d; episode ended with wm_error "
-                        "(%d WM failures in %d episodes so far): %s", self.adapter.name, state["task_id"],
-                        len(state["turns"]), c.wm_errors, c.episodes, state["wm_error"])
+                        "(%d WM failures in %d episodes so far): %s", self.spec.name, trajectory.task_id,
+                        trajectory.turns, c.wm_errors, c.episodes, trajectory.error)
+
+    def pending(self, state: Mapping[str, Any]) -> str | None:
+        return state["trajectory"]["pending"]
+
+    def finished(self, state: Mapping[str, Any]) -> bool:
+        return bool(state["trajectory"]["finished"])
 
     def infos(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The ``rollout_infos`` of an episode: everything the reward and the trajectory log need."""
-        turns = state["turns"]
-        return {"env": self.adapter.name, "task_id": state["task_id"], "turns": len(turns),
-                "actions": [t["action"] for t in turns], "observations": [t["observation"] for t in turns],
-                "sources": [t["source"] for t in turns], "done": state["done"], "end_reason": state["end_reason"],
-                "outcome": dict(state["outcome"]), "wm_error": bool(state["wm_error"]),
-                "wm_error_message": state["wm_error"], "unparseable": state["unparseable"]}
+        t = state["trajectory"]
+        failed = t["end_reason"] == WM_ERROR
+        return {"env": self.spec.name, "task_id": t["task_id"], "turns": len(t["replies"]),
+                "actions": list(t["actions"]), "observations": list(t["observations"]), "sources": list(t["sources"]),
+                "done": t["finished"], "end_reason": t["end_reason"], "outcome": dict(t["outcome"]),
+                "wm_error": failed, "wm_error_message": t["error"] if failed else None,
+                "unparseable": t["unparseable"]}
 
 
 # --- trajectory log ------------------------------------------------------------------------------------
@@ -326,27 +284,28 @@ def _announce_logs() -> None:
         root.setLevel(logging.INFO)
 
 
-def make_scheduler_class(adapter_factory: Callable[[], EnvAdapter], class_name: str = "EnvScheduler") -> type:
-    """A ``swift.rollout.MultiTurnScheduler`` subclass playing ``adapter_factory()``'s env in the simulator.
+def make_scheduler_class(env: str | EnvSpec) -> type:
+    """A ``swift.rollout.MultiTurnScheduler`` subclass, ``<class_prefix>Scheduler``, playing ``env`` in the simulator.
 
     ms-swift builds it once per trainer process as ``cls(max_turns=..., tokenizer=..., template=...)``
     (colocate) or ``cls(infer_engine=..., max_turns=..., [tokenizer=...])`` (``swift rollout``); every
     argument is forwarded. The world model comes from ``WM_ENDPOINT`` (:class:`WMSettings`) and
     ``<ENV>_WM_GUARD=0`` turns the local responder off.
     """
+    spec = _spec(env)
+    class_name = f"{spec.class_prefix}Scheduler"
     rollout = require("swift.rollout", extra="rl", package="ms-swift")
     _announce_logs()
 
     class EnvScheduler(rollout.MultiTurnScheduler):
         def __init__(self, infer_engine: Any = None, max_turns: int | None = None, *args: Any, **kwargs: Any):
             super().__init__(infer_engine, max_turns, *args, **kwargs)
-            adapter = adapter_factory()
             wm = WMSettings.from_env()
-            use_local = guard_enabled(adapter.guard_env)
-            self.driver = EpisodeDriver(adapter, Simulator(wm.client(), use_local=use_local), max_turns=max_turns)
+            use_local = guard_enabled(spec.guard_env)
+            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns)
             log.info("%s: world model at %s (retries %d, timeout %.0f s); local responder %s (%s); max_turns %s",
                      class_name, wm.endpoint, wm.max_retries, wm.timeout_s, "on" if use_local else "off",
-                     adapter.guard_env, max_turns)
+                     spec.guard_env, max_turns)
 
         @property
         def counters(self) -> RolloutCounters:
@@ -373,11 +332,11 @@ def make_scheduler_class(adapter_factory: Callable[[], EnvAdapter], class_name: 
             return {"done": result.done, "rollout_infos": result.infos}
 
         def check_finished(self, infer_request: Any, response_choice: Any, current_turn: int) -> bool:
-            return bool(self.episode_state(infer_request)["done"])
+            return self.driver.finished(self.episode_state(infer_request))
 
         def step(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
-            state = self.episode_state(infer_request)
-            message, state["pending"] = state["pending"], None
+            trajectory = self.episode_state(infer_request)["trajectory"]
+            message, trajectory["pending"] = trajectory["pending"], None
             if message is not None:
                 infer_request.messages.append({"role": "user", "content": message})
             return {"infer_request": infer_request}
@@ -386,21 +345,23 @@ def make_scheduler_class(adapter_factory: Callable[[], EnvAdapter], class_name: 
     return EnvScheduler
 
 
-def make_reward_class(adapter_factory: Callable[[], EnvAdapter], class_name: str = "EnvReward") -> type:
-    """A ``swift.rewards.ORM`` subclass: the env's reward of each finished episode's outcome.
+def make_reward_class(env: str | EnvSpec) -> type:
+    """A ``swift.rewards.ORM`` subclass, ``<class_prefix>Reward``: the env's reward of each finished episode's outcome.
 
     It reads ``kwargs["rollout_infos"]`` written by the scheduler from :func:`make_scheduler_class`
     (a missing one is an error, not a zero reward), and appends one line per episode to the
     trajectory log (:func:`trajectory_log_path`). ms-swift logs the rewards as
-    ``rewards/<class_name>/mean``.
+    ``rewards/<class name>/mean``.
     """
+    spec = _spec(env)
+    class_name = f"{spec.class_prefix}Reward"
     rewards_mod = require("swift.rewards", extra="rl", package="ms-swift")
     _announce_logs()
 
     class EnvReward(rewards_mod.ORM):
         def __init__(self, args: Any = None, **kwargs: Any):
             super().__init__(args, **kwargs)
-            self.adapter = adapter_factory()
+            self.spec = spec
             self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
             log.info("%s: trajectories -> %s", class_name, self.trajectory_log.path)
 
@@ -411,9 +372,9 @@ def make_reward_class(adapter_factory: Callable[[], EnvAdapter], class_name: str
             for i, info in enumerate(infos):
                 if not isinstance(info, Mapping) or "outcome" not in info:
                     raise ValueError(f"{class_name}: sample {i} has no episode in its rollout_infos; this reward "
-                                     f"needs the {self.adapter.name} multi-turn scheduler (--multi_turn_scheduler "
-                                     f"{self.adapter.name}_scheduler)")
-                value = float(self.adapter.reward(info["outcome"]))
+                                     f"needs the {spec.name} multi-turn scheduler (--multi_turn_scheduler "
+                                     f"{spec.name}_scheduler)")
+                value = float(spec.reward(Outcome.from_dict(info["outcome"])))
                 values.append(value)
                 records.append({"time": round(time.time(), 3), "step": step,
                                 "prompt_id": _at(kwargs.get("prompt_id"), i),
@@ -430,11 +391,11 @@ def make_reward_class(adapter_factory: Callable[[], EnvAdapter], class_name: str
     return EnvReward
 
 
-def register(adapter_factory: Callable[[], EnvAdapter], *, scheduler: str, reward: str,
-             scheduler_class: str = "EnvScheduler", reward_class: str = "EnvReward") -> tuple[type, type]:
-    """Build both classes and register them as ``multi_turns[scheduler]`` and ``orms[reward]``."""
-    scheduler_cls = make_scheduler_class(adapter_factory, scheduler_class)
-    reward_cls = make_reward_class(adapter_factory, reward_class)
-    require("swift.rollout", extra="rl", package="ms-swift").multi_turns[scheduler] = scheduler_cls
-    require("swift.rewards", extra="rl", package="ms-swift").orms[reward] = reward_cls
+def register(env: str | EnvSpec) -> tuple[type, type]:
+    """Build both classes of ``env`` and register them as ``multi_turns["<env>_scheduler"]`` and
+    ``orms["<env>_reward"]`` (what ``--multi_turn_scheduler`` and ``--reward_funcs`` name)."""
+    spec = _spec(env)
+    scheduler_cls, reward_cls = make_scheduler_class(spec), make_reward_class(spec)
+    require("swift.rollout", extra="rl", package="ms-swift").multi_turns[f"{spec.name}_scheduler"] = scheduler_cls
+    require("swift.rewards", extra="rl", package="ms-swift").orms[f"{spec.name}_reward"] = reward_cls
     return scheduler_cls, reward_cls

@@ -2,16 +2,19 @@ import json
 
 import pytest
 
-from textwm.envs.sciworld.agent import parse_action, task_from_row
-from textwm.envs.sciworld.build import BuildConfig, build
+from textwm.envs import get_env
+from textwm.envs.build import build
+from textwm.envs.sciworld.agent import parse_action
+from textwm.envs.sciworld.build import SciWorldBuildConfig
 from textwm.envs.sciworld.env import task_catalog
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("sw")
-    report = build(BuildConfig(out_dir=str(out), tasks=("boil",), variations={"train": 1, "dev": 1, "test": 1},
-                               explore_episodes=1, explore_steps=6, workers=1))
+    report = build("sciworld", SciWorldBuildConfig(out_dir=str(out), tasks=("boil",), train_variations=1,
+                                                   dev_variations=1, test_variations=1, explore_episodes=1,
+                                                   explore_steps=6, workers=1))
     return out, report
 
 
@@ -30,7 +33,7 @@ def test_splits_follow_sciworld_variation_lists(built):
         assert variations <= set(catalog[split])
         seen[split] = variations
     assert not (seen["train"] & seen["dev"]) and not (seen["train"] & seen["test"]) and not (seen["dev"] & seen["test"])
-    assert report.gold_below_100 == []
+    assert report.gold_below_success == []
 
 
 def test_rows_carry_the_state_at_that_step(built, real_env):
@@ -51,7 +54,7 @@ def test_agent_rows(built):
     out, _ = built
     rl = _rows(out / "rl_train.jsonl")[0]
     assert set(rl) >= {"messages", "task_id", "instruction", "wm_system_prompt", "max_turns", "sim_task"}
-    task = task_from_row(rl)
+    task = get_env("sciworld").load_row(rl, need_sim=True).sim_task
     assert task.goals["focus_targets"] and len(task.room_map) == 10
     sft = _rows(out / "sft_train.jsonl")[0]
     assert sft["score"] == 100 and sft["messages"][-1]["role"] == "assistant"

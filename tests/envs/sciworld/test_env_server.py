@@ -15,15 +15,16 @@ if shutil.which("java") is None:
 
 from fastapi.testclient import TestClient
 
+from textwm.envs import get_env
+from textwm.envs.client import EnvClient
+from textwm.envs.pool import PoolConfig
 from textwm.envs.protocol import EnvError
-from textwm.envs.sciworld.client import EnvClient
-from textwm.envs.sciworld.pool import PoolConfig
-from textwm.envs.sciworld.server import create_env_app
+from textwm.envs.server import create_env_app
 
 
 @pytest.fixture(scope="module")
 def client():
-    app = create_env_app(PoolConfig(workers=1, max_sessions_per_worker=2, idle_timeout_s=600))
+    app = create_env_app(get_env("sciworld"), PoolConfig(workers=1, max_sessions_per_worker=2, idle_timeout_s=600))
     with TestClient(app) as c:
         yield c
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
+from textwm.envs.client import EnvClient
 from textwm.envs.protocol import EnvError
-from textwm.envs.sciworld.client import EnvClient
 from textwm.serving.launch import ManagedProcess
 
 pytestmark = pytest.mark.slow

@@ -3,9 +3,9 @@
 RL task rows follow the paper's ``sciworld_rl_split`` format (``messages``, ``task_id``,
 ``instruction``, ``wm_system_prompt``, ``max_turns``) plus ``sim_task``: the baked start state the
 simulator needs (room map, start observation, inventory, scoring goals), so a row is
-self-sufficient. The paper's released rows (no ``sim_task``) load for their messages and
-instruction, but cannot drive a simulated episode (no start state, no goals): the RL adapter
-refuses them with the command that rebuilds them from the real env.
+self-sufficient. Rows are read by :meth:`textwm.envs.sciworld.spec.SciWorldSpec.load_row`;
+the paper's released rows (no ``sim_task``) load for the real env, but cannot drive a simulated
+episode (no start state, no goals): the spec refuses them with the command that rebuilds them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import re
 from dataclasses import asdict
 from typing import Any
 
-from textwm.data.schema import parse_messages
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
 from textwm.envs.sciworld.wm_prompt import wm_system_prompt
 
@@ -66,21 +65,6 @@ def sft_row(task: Task, steps: list[tuple[str, str]], final_score: float) -> dic
     if messages[-1]["role"] == "user" and len(messages) > 2:
         messages.pop()  # a demo ends with the agent's last action
     return {"messages": messages, "task_id": task.task_id, "instruction": task.task_description, "score": final_score}
-
-
-def task_from_row(row: dict[str, Any]) -> Task | None:
-    """The baked start state of an RL row, or None for rows without it (e.g. the paper's release)."""
-    sim = row.get("sim_task")
-    if sim is None:
-        return None
-    if isinstance(sim, str):
-        sim = json.loads(sim)
-    return Task(**sim)
-
-
-def row_messages(row: dict[str, Any]) -> list[dict[str, str]]:
-    """Messages of an RL row, whichever encoding (list or JSON string) it uses."""
-    return parse_messages(row["messages"])
 
 
 def parse_action(text: str) -> str | None:

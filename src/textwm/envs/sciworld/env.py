@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from textwm._optional import require
-from textwm.envs.protocol import EnvError, ResetResult, StepResult
+from textwm.config import option
+from textwm.envs.protocol import BadRequest, EnvError, EnvFailed, ResetResult, StepResult
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def parse_task_id(task_id: str) -> TaskRef:
     """``boil_v11`` or ``boil_v11_gen3`` -> (``boil``, 11); names and ranges are checked by :func:`check_task`."""
     m = TASK_ID_RE.match(task_id)
     if not m:
-        raise EnvError(f"task id {task_id!r} is not '<task>_v<variation>' (e.g. boil_v11)")
+        raise BadRequest(f"task id {task_id!r} is not '<task>_v<variation>' (e.g. boil_v11)")
     return TaskRef(m["task"], int(m["variation"]))
 
 
@@ -97,10 +98,10 @@ def live_task_catalog() -> dict[str, dict[str, list[int]]]:
 def check_task(ref: TaskRef) -> None:
     catalog = task_catalog()
     if ref.task not in catalog:
-        raise EnvError(f"unknown ScienceWorld task {ref.task!r}; known: {', '.join(sorted(catalog))}")
+        raise BadRequest(f"unknown ScienceWorld task {ref.task!r}; known: {', '.join(sorted(catalog))}")
     variations = {v for vs in catalog[ref.task].values() for v in vs}
     if ref.variation not in variations:
-        raise EnvError(f"{ref.task} has variations 0..{max(variations)}; got {ref.variation}")
+        raise BadRequest(f"{ref.task} has variations 0..{max(variations)}; got {ref.variation}")
 
 
 def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
@@ -109,8 +110,32 @@ def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
     return _scienceworld().ScienceWorldEnv("", envStepLimit=step_limit)
 
 
+@dataclass(frozen=True)
+class SciWorldSessionConfig:
+    """Options of every ScienceWorld session (the env server's ``--step-limit`` and ``--simplification``)."""
+
+    step_limit: int = option(DEFAULT_STEP_LIMIT, "moves before an episode ends (the package default, 100, cuts "
+                                                 "long gold runs)")
+    simplification: str = option(DEFAULT_SIMPLIFICATION, "simplifications for resets that name none (easy: "
+                                                         "teleport, open doors, self-watering pots, no electrical "
+                                                         "actions)")
+
+    def __post_init__(self) -> None:
+        if self.step_limit < 1:
+            raise ValueError(f"step_limit must be >= 1, got {self.step_limit}")
+
+
+def _py4j_error() -> type[BaseException]:
+    from py4j.protocol import Py4JError
+
+    return Py4JError
+
+
 class SciWorldEnv:
-    """One ScienceWorld env (one JVM), playing one task at a time."""
+    """One ScienceWorld env (one JVM), playing one task at a time: the env's :class:`~textwm.envs.protocol.EnvSession`.
+
+    A JVM failure is an :class:`~textwm.envs.protocol.EnvFailed` (the session is lost, not the worker).
+    """
 
     def __init__(self, *, step_limit: int = DEFAULT_STEP_LIMIT, simplification: str = DEFAULT_SIMPLIFICATION):
         self.step_limit = step_limit
@@ -124,13 +149,19 @@ class SciWorldEnv:
         ref = parse_task_id(task_id)
         check_task(ref)
         simp = self.simplification if simplification is None else simplification
-        self._env.load(ref.task, ref.variation, simp, generateGoldPath=gold_path)
-        observation, info = self._env.reset()
+        try:
+            self._env.load(ref.task, ref.variation, simp, generateGoldPath=gold_path)
+            observation, info = self._env.reset()
+        except ValueError as exc:  # an unknown simplification (ScienceWorld's message lists them)
+            raise BadRequest(str(exc)) from None
+        except _py4j_error() as exc:
+            raise EnvFailed(f"{type(exc).__name__}: {exc}") from exc
         self.ref, self._last_score, self._done = ref, 0, False
         return ResetResult(observation=observation, task_description=self._env.get_task_description(),
                            info={"task_id": ref.task_id, "simplification": simp, "inventory": info.get("inv", "")})
 
     def step(self, action: str, *, with_valid_actions: bool = False) -> StepResult:
+        """One action on the fast path; ``with_valid_actions`` adds the env's list (~40-130 ms more)."""
         if self.ref is None:
             raise EnvError("reset() the env before stepping it")
         if not isinstance(action, str):
@@ -138,10 +169,14 @@ class SciWorldEnv:
         if self._done:
             raise EnvError(f"episode of {self.ref.task_id} is over; reset() to play again")
         server = self._env.server
-        observation = server.step(action)
-        score = round(100 * server.getScore())
-        moves = self._env.get_num_moves()
-        done = bool(server.getCompleted()) or moves > self.step_limit or score < 0
+        try:
+            observation = server.step(action)
+            score = round(100 * server.getScore())
+            moves = self._env.get_num_moves()
+            completed = bool(server.getCompleted())
+        except _py4j_error() as exc:
+            raise EnvFailed(f"{type(exc).__name__}: {exc}") from exc
+        done = completed or moves > self.step_limit or score < 0
         reward = score - self._last_score
         self._last_score, self._done = score, done
         info: dict[str, Any] = {"moves": moves}
@@ -150,7 +185,10 @@ class SciWorldEnv:
         return StepResult(observation=observation, reward=reward, score=score, done=done, info=info)
 
     def valid_actions(self) -> list[str]:
-        return sorted(self._env.get_valid_action_object_combinations())
+        try:
+            return sorted(self._env.get_valid_action_object_combinations())
+        except _py4j_error() as exc:
+            raise EnvFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def gold_actions(self) -> list[str]:
         """Gold action sequence of the loaded task (reset with ``gold_path=True``)."""

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from textwm.envs.contract import Outcome
 from textwm.envs.sciworld.world import NO_MATCH, normalize_action
 
 WRONG_FOCUS_SCORE = -100.0
@@ -147,16 +148,9 @@ def trailing_streak(flags: list[bool]) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class Outcome:
-    done: bool
-    #: "success", "wrong_focus", "repeat", "oscillation", "invalid_streak", "unparseable_streak", or None.
-    reason: str | None
-    score: float
-
-
 def episode_outcome(actions: list[str | None], observations: list[str], goals: Goals) -> Outcome:
-    """Is the episode over, why, and with which score. ``actions[i]`` is None for an unparseable reply."""
+    """Is the episode over, why ("success", "wrong_focus", "repeat", "oscillation", "invalid_streak",
+    "unparseable_streak"), and with which score. ``actions[i]`` is None for an unparseable reply."""
     parsed = [a for a in actions if a is not None]
     score = score_of(parsed, observations, goals)
     if score <= WRONG_FOCUS_SCORE:

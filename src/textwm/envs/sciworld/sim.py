@@ -1,17 +1,15 @@
-"""ScienceWorld as a simulated :class:`~textwm.envs.simulator.Episode`: tracker + responder + WM prompt + score."""
+"""ScienceWorld as a :class:`~textwm.envs.contract.SimEpisode`: tracker + responder + WM prompt + score."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from textwm.envs.contract import Outcome, WMQuery
 from textwm.envs.sciworld.responder import respond
-from textwm.envs.sciworld.reward import Goals, Outcome, episode_outcome
+from textwm.envs.sciworld.reward import Goals, episode_outcome
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
 from textwm.envs.sciworld.wm_prompt import wm_state, wm_system_prompt
-from textwm.envs.simulator import WMQuery
-
-GUARD_ENV = "SCIWORLD_WM_GUARD"
 
 
 @dataclass
@@ -25,7 +23,7 @@ class SciWorldEpisode:
     def start(cls, task: Task) -> SciWorldEpisode:
         return cls(tracker=EpisodeTracker(task))
 
-    # --- Episode protocol --------------------------------------------------------------------------
+    # --- SimEpisode protocol --------------------------------------------------------------------------
 
     def local_answer(self, action: str) -> str | None:
         return respond(self.tracker, action)
@@ -38,8 +36,6 @@ class SciWorldEpisode:
         self.actions.append(action)
         self.sources.append(source)
         self.tracker.observe(action, observation)
-
-    # --- agent-side bookkeeping --------------------------------------------------------------------
 
     def unparseable(self) -> None:
         """The agent's reply held no action (counted; the episode ends after a streak)."""

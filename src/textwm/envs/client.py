@@ -1,7 +1,7 @@
-"""Synchronous client of the ScienceWorld env server, speaking the env protocol (reset / step / close).
+"""Synchronous client of the env server (:mod:`textwm.envs.server`, any env), an :class:`EnvSession` over HTTP.
 
-One :class:`EnvClient` plays one session at a time: the first ``reset`` opens a session (a JVM on
-the server), later resets play the new task in the same session (no JVM start), ``close`` ends it.
+One :class:`EnvClient` plays one session at a time: the first ``reset`` opens a session (an env on
+the server), later resets play the new task in the same session (no env start), ``close`` ends it.
 
 Retries (with :class:`~textwm.clients.retry.RetryPolicy` backoff) cover connection errors
 and 5xx answers; 4xx answers are never retried. Two exceptions keep retries from doing harm:
@@ -45,17 +45,18 @@ class EnvClient:
 
     Args:
         base_url: the server, e.g. ``http://127.0.0.1:30003``.
-        timeout_s: seconds per HTTP request (a reset starts a JVM: allow several seconds).
+        timeout_s: seconds per HTTP request (a reset may start an env process: allow several seconds).
         retry: retries on connection errors and 5xx (see the module docstring).
-        simplification: sent with every reset (None: the server's default, ``easy``).
+        options: reset options sent with every reset unless a reset names its own (ScienceWorld:
+            ``{"simplification": "easy"}``; none: the server's defaults).
         http: an ``httpx.Client`` to use instead of a new one (tests pass FastAPI's TestClient).
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, *, timeout_s: float = 60.0, retry: RetryPolicy = RetryPolicy(),
-                 simplification: str | None = None, http: httpx.Client | None = None):
+                 options: dict[str, Any] | None = None, http: httpx.Client | None = None):
         self.base_url = base_url.rstrip("/")
         self.retry = retry
-        self.simplification = simplification
+        self.options = dict(options or {})
         self._owns_http = http is None
         self._http = http if http is not None else httpx.Client(
             timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
@@ -67,13 +68,12 @@ class EnvClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def reset(self, task_id: str, *, simplification: str | None = None,
-              with_valid_actions: bool = False) -> ResetResult:
-        """Start ``task_id`` (``boil_v0``, ``boil_v0_gen3``): in this client's session if it has one."""
+    def reset(self, task_id: str, *, with_valid_actions: bool = False, **options: Any) -> ResetResult:
+        """Start ``task_id`` (``boil_v0``, ``boil_v0_gen3``): in this client's session if it has one.
+
+        ``options``: the env's reset options for this reset (over the client's own)."""
         body: dict[str, Any] = {"task_id": task_id, "with_valid_actions": with_valid_actions}
-        simp = simplification if simplification is not None else self.simplification
-        if simp is not None:
-            body["simplification"] = simp
+        body.update({k: v for k, v in {**self.options, **options}.items() if v is not None})
         data = None
         if self.session_id is not None:
             try:

@@ -1,23 +1,24 @@
-"""A bounded pool of ScienceWorld worker processes behind the env server.
+"""A bounded pool of env worker processes: session routing, deadlines, idle expiry and crash recovery.
 
-Each worker is a ``multiprocessing`` process (spawn context) that owns up to
-``max_sessions_per_worker`` sessions, one :class:`~textwm.envs.sciworld.env.SciWorldEnv` (one JVM)
-each, and answers one request at a time over its own pipe. The parent (the server's event loop)
-routes a session to its worker and holds one FIFO :class:`asyncio.Lock` per worker, so requests to
-a busy worker are served in arrival order while sessions on different workers step concurrently;
-the blocking pipe round trips run in a thread pool so the event loop never blocks.
+Used by the env server (:mod:`textwm.envs.server`) and by parallel evaluation
+(:class:`~textwm.envs.blocking.BlockingPool`). Each worker is a ``multiprocessing`` process (spawn
+context, :func:`~textwm.envs.worker.worker_main`) that owns up to ``max_sessions_per_worker``
+sessions of one env (:meth:`~textwm.envs.contract.EnvSpec.open_session`) and answers one request at
+a time over its own pipe. The parent (one event loop) routes a session to its worker and holds one
+FIFO :class:`asyncio.Lock` per worker, so requests to a busy worker are served in arrival order while
+sessions on different workers step concurrently; the blocking pipe round trips run in a thread pool
+so the event loop never blocks.
 
-Failure handling, all visible to the client:
+Failure handling, all visible to the caller (the errors of :mod:`textwm.envs.protocol`):
 
-- an idle session (no request for ``idle_timeout_s``) is closed and its JVM freed; asking for it
-  again raises :class:`SessionExpired`;
+- an idle session (no request for ``idle_timeout_s``) is closed; asking for it again raises
+  :class:`SessionExpired`;
 - a worker that dies (or does not answer within ``request_timeout_s`` and is killed) is replaced;
   its sessions raise :class:`SessionLost` naming the crash, at once, instead of hanging;
-- a JVM that fails under one session loses that session only (:class:`SessionLost`).
+- an env that fails under one session loses that session only (:class:`SessionLost`).
 
-Workers put themselves in their own process group so that a Ctrl-C at the terminal reaches only
-the server, which then shuts them down in order; a worker whose parent died sees its pipe close and
-exits, and its JVMs exit with it (py4j's ``--die-on-broken-pipe``).
+Workers put themselves in their own process group so that a Ctrl-C at the terminal reaches only the
+parent, which then shuts them down in order; a worker whose parent died sees its pipe close and exits.
 """
 
 from __future__ import annotations
@@ -26,18 +27,28 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
-import os
 import signal
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from textwm.envs.protocol import EnvError
-from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, DEFAULT_STEP_LIMIT
+from textwm.config import option
+from textwm.envs.contract import EnvSpec
+from textwm.envs.protocol import (
+    ERROR_KINDS,
+    BadRequest,
+    EnvError,
+    NoCapacity,
+    SessionExpired,
+    SessionLost,
+    UnknownSession,
+    WorkerFailure,
+)
+from textwm.envs.worker import worker_main
 
 log = logging.getLogger(__name__)
 
@@ -49,71 +60,23 @@ POLL_S = 0.2
 RESTART_BACKOFF_S = 5.0
 
 
-# --- errors the server maps to HTTP statuses ----------------------------------------------------
-
-
-class PoolError(EnvError):
-    """Base of the pool's errors; each subclass maps to one HTTP status in the server."""
-
-
-class BadRequest(PoolError):
-    """Unknown task id, variation out of range, unknown simplification (400)."""
-
-
-class UnknownSession(PoolError):
-    """No such session, or it was closed (404)."""
-
-
-class SessionExpired(UnknownSession):
-    """The session was idle for longer than the idle timeout and was closed (404)."""
-
-
-class EpisodeOver(PoolError):
-    """Step after the episode ended (409)."""
-
-
-class NoCapacity(PoolError):
-    """Every worker holds its maximum of sessions, or none is ready (503)."""
-
-
-class SessionLost(PoolError):
-    """The session's worker process died or its JVM failed; the session is gone (502)."""
-
-
-class WorkerFailure(PoolError):
-    """The worker raised an unexpected error while serving the request (500)."""
-
-
-#: Worker-side error kinds -> parent-side exception types.
-_ERROR_KINDS: dict[str, type[PoolError]] = {
-    "bad_request": BadRequest, "unknown_session": UnknownSession, "episode_over": EpisodeOver,
-    "env_failed": SessionLost, "internal": WorkerFailure,
-}
-
-
 @dataclass(frozen=True)
 class PoolConfig:
-    """Size and limits of the worker pool (the server's ``--workers`` ... flags)."""
+    """Size and limits of the worker pool (the env server's ``--workers`` ... flags)."""
 
-    #: Worker processes; sessions on different workers step concurrently.
-    workers: int = 2
-    #: Sessions (JVMs, ~400 MB each) one worker hosts at most; workers x this = capacity.
-    max_sessions_per_worker: int = 8
-    #: Seconds without a request after which a session is closed and its JVM freed.
-    idle_timeout_s: float = 600.0
-    #: Moves before ScienceWorld ends an episode.
-    step_limit: int = DEFAULT_STEP_LIMIT
-    #: Simplification used when a reset names none ("easy": teleport, open doors, ...).
-    simplification: str = DEFAULT_SIMPLIFICATION
-    #: Seconds a worker may take to answer one request before it is killed as hung and replaced.
-    request_timeout_s: float = 120.0
-    #: Seconds a new worker may take to start (imports, one JVM to read the task catalog).
-    start_timeout_s: float = 180.0
-    #: Logging level inside the workers.
-    log_level: int = logging.INFO
+    workers: int = option(2, "worker processes; sessions on different workers step in parallel")
+    max_sessions_per_worker: int = option(8, "sessions one worker hosts at most; workers x this = capacity, more "
+                                             "resets get 503")
+    idle_timeout_s: float = option(600.0, "seconds without a request before a session is closed",
+                                   flag="--idle-timeout")
+    request_timeout_s: float = option(120.0, "seconds a worker may take for one request before it is killed and "
+                                             "replaced", flag="--request-timeout")
+    start_timeout_s: float = option(180.0, "seconds a new worker may take to start", flag="--start-timeout")
+    #: Logging level inside the workers (set by the server from its --log-level).
+    log_level: int = field(default=logging.INFO, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        for name in ("workers", "max_sessions_per_worker", "step_limit"):
+        for name in ("workers", "max_sessions_per_worker"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("idle_timeout_s", "request_timeout_s", "start_timeout_s"):
@@ -128,156 +91,6 @@ class PoolConfig:
     def sweep_interval_s(self) -> float:
         """How often idle sessions and dead workers are looked for."""
         return min(5.0, max(0.05, self.idle_timeout_s / 4))
-
-
-# --- the worker process -----------------------------------------------------------------------
-
-
-@dataclass
-class _Episode:
-    env: Any
-    task_id: str = ""
-    done: bool = False
-    score: float = 0.0
-
-
-class _WorkerError(Exception):
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Worker:
-    """The worker side: sessions of this process and the request handlers (one request at a time)."""
-
-    def __init__(self, config: PoolConfig):
-        self.config = config
-        self.sessions: dict[str, _Episode] = {}
-
-    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        from py4j.protocol import Py4JError
-
-        handler = getattr(self, f"op_{op}", None)
-        if handler is None:
-            raise _WorkerError("internal", f"unknown worker operation {op!r}")
-        try:
-            return handler(**args)
-        except Py4JError as exc:  # the JVM died or threw: this session cannot be trusted any more
-            sid = args.get("session_id")
-            episode = self.sessions.pop(sid, None) if sid else None
-            if episode is not None:
-                episode.env.close()
-            raise _WorkerError("env_failed", f"the ScienceWorld JVM of session {sid} failed during {op}: "
-                                             f"{type(exc).__name__}: {exc}") from exc
-
-    def op_ping(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "sessions": len(self.sessions)}
-
-    def op_reset(self, session_id: str, task_id: str, simplification: str | None,
-                 with_valid_actions: bool) -> dict[str, Any]:
-        from textwm.envs.sciworld.env import SciWorldEnv, check_task, parse_task_id
-
-        try:
-            check_task(parse_task_id(task_id))
-        except EnvError as exc:
-            raise _WorkerError("bad_request", str(exc)) from None
-        episode = self.sessions.get(session_id)
-        fresh = episode is None
-        if fresh:
-            episode = _Episode(SciWorldEnv(step_limit=self.config.step_limit,
-                                           simplification=self.config.simplification))
-        try:
-            result = episode.env.reset(task_id, simplification=simplification)
-        except (ValueError, EnvError) as exc:  # unknown simplification (ScienceWorld's message lists them)
-            if fresh:
-                episode.env.close()
-            raise _WorkerError("bad_request", str(exc)) from None
-        except BaseException:
-            if fresh:
-                episode.env.close()
-            raise
-        episode.task_id, episode.done, episode.score = task_id, False, 0.0
-        self.sessions[session_id] = episode
-        reply = {"observation": result.observation, "task_description": result.task_description,
-                 "info": result.info}
-        if with_valid_actions:
-            reply["valid_actions"] = episode.env.valid_actions()
-        return reply
-
-    def op_step(self, session_id: str, action: str, with_valid_actions: bool) -> dict[str, Any]:
-        episode = self._episode(session_id)
-        if episode.done:
-            raise _WorkerError("episode_over", f"the episode of {episode.task_id} (session {session_id}) is over "
-                                               f"(score {episode.score:g}); reset to play again")
-        result = episode.env.step(action, with_valid_actions=with_valid_actions)
-        episode.done, episode.score = result.done, result.score
-        info = dict(result.info)
-        reply = {"observation": result.observation, "score": result.score, "reward": result.reward,
-                 "done": result.done}
-        if "valid_actions" in info:
-            reply["valid_actions"] = info.pop("valid_actions")
-        reply["info"] = info
-        return reply
-
-    def op_close(self, session_id: str) -> dict[str, Any]:
-        self._episode(session_id)
-        self.sessions.pop(session_id).env.close()
-        return {}
-
-    def op_shutdown(self) -> dict[str, Any]:
-        self.close_all()
-        return {}
-
-    def close_all(self) -> None:
-        while self.sessions:
-            _, episode = self.sessions.popitem()
-            episode.env.close()
-
-    def _episode(self, session_id: str) -> _Episode:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise _WorkerError("unknown_session", f"session {session_id} is not on worker pid {os.getpid()}") from None
-
-
-def worker_main(conn: Connection, index: int, config: PoolConfig) -> None:
-    """Entry point of a worker process: warm the task catalog, say ready, then serve requests.
-
-    Requests are ``(op, args)`` tuples; replies ``("ok", payload)`` or ``("error", kind, message)``.
-    """
-    os.setpgrp()  # Ctrl-C at the terminal reaches the server only; it shuts the workers down in order
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=config.log_level,
-                        format=f"%(asctime)s %(levelname)s sciworld-worker-{index}[%(process)d] %(name)s: %(message)s")
-    if config.log_level > logging.DEBUG:  # py4j logs every JVM shutdown with a traceback at INFO
-        for name in ("py4j", "scienceworld"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    from textwm.envs.sciworld.env import task_catalog
-
-    worker = _Worker(config)
-    started = time.monotonic()
-    catalog = task_catalog()  # one JVM, ~5 s; every later reset validates its task id against it
-    conn.send(("ready", {"pid": os.getpid(), "tasks": len(catalog)}))
-    log.info("ready in %.1f s (%d tasks)", time.monotonic() - started, len(catalog))
-    try:
-        while True:
-            try:
-                op, args = conn.recv()
-            except EOFError:
-                log.warning("the server went away; closing %d session(s)", len(worker.sessions))
-                return
-            try:
-                reply: tuple = ("ok", worker.handle(op, args))
-            except _WorkerError as exc:
-                reply = ("error", exc.kind, str(exc))
-            except Exception as exc:
-                log.exception("%s failed", op)
-                reply = ("error", "internal", f"{op} failed in worker {index}: {type(exc).__name__}: {exc}")
-            conn.send(reply)
-            if op == "shutdown":
-                return
-    finally:
-        worker.close_all()
 
 
 # --- the parent side --------------------------------------------------------------------------
@@ -357,16 +170,28 @@ def _log_sweeper_end(task: asyncio.Task) -> None:
 
 
 class WorkerPool:
-    """Routes sessions to worker processes; all methods run on one event loop (the server's)."""
+    """Routes sessions of env ``spec`` to worker processes; all methods run on one event loop.
 
-    def __init__(self, config: PoolConfig):
+    Args:
+        spec: the env (pickled into every worker).
+        config: size and limits.
+        session_config: the env's session options (an instance of ``spec.session_config``), passed to
+            every ``spec.open_session``.
+    """
+
+    def __init__(self, spec: EnvSpec, config: PoolConfig, session_config: Any = None):
+        self.spec = spec
         self.config = config
+        self.session_config = session_config
+        #: Totals since start (``GET /metrics``): resets, steps, sessions opened / closed / expired / lost, errors.
+        self.counts: Counter[str] = Counter()
+        self._ready_changed = asyncio.Event()
         self._ctx = multiprocessing.get_context("spawn")
         self._handles: list[_Handle] = []
         self._sessions: dict[str, _Session] = {}
         #: Ended sessions: id -> (error type, message); a fresh exception is raised per request.
-        self._tombstones: OrderedDict[str, tuple[type[PoolError], str]] = OrderedDict()
-        self._executor = ThreadPoolExecutor(max_workers=2 * config.workers + 2, thread_name_prefix="sciworld-pool")
+        self._tombstones: OrderedDict[str, tuple[type[EnvError], str]] = OrderedDict()
+        self._executor = ThreadPoolExecutor(max_workers=2 * config.workers + 2, thread_name_prefix=f"{spec.name}-pool")
         self._sweeper: asyncio.Task | None = None
         self._replacing: dict[int, asyncio.Task] = {}
         self._last_restart: dict[int, float] = {}
@@ -375,15 +200,20 @@ class WorkerPool:
 
     # lifecycle
 
+    def launch(self) -> None:
+        """Start the worker processes without waiting for them (they prepare while the caller works)."""
+        if not self._handles:
+            self._handles = [self._spawn(i) for i in range(self.config.workers)]
+
     async def start(self) -> None:
-        """Start every worker and wait until all are ready (raises RuntimeError if one fails)."""
-        self._handles = [self._spawn(i) for i in range(self.config.workers)]
+        """Start every worker (if not launched yet) and wait until all are ready (RuntimeError if one fails)."""
+        self.launch()
         results = await asyncio.gather(*(self._wait_ready(h) for h in self._handles), return_exceptions=True)
         failures = [str(r) for r in results if isinstance(r, BaseException)]
         if failures:
             await self.stop()
-            raise RuntimeError("ScienceWorld workers failed to start: " + "; ".join(failures))
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="sciworld-pool-sweeper")
+            raise RuntimeError(f"{self.spec.title or self.spec.name} workers failed to start: " + "; ".join(failures))
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name=f"{self.spec.name}-pool-sweeper")
         self._sweeper.add_done_callback(_log_sweeper_end)
         log.info("%d worker(s) ready, up to %d sessions each (capacity %d), idle timeout %g s",
                  self.config.workers, self.config.max_sessions_per_worker, self.config.capacity,
@@ -405,8 +235,8 @@ class WorkerPool:
 
     def _spawn(self, index: int) -> _Handle:
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=worker_main, args=(child, index, self.config),
-                                    name=f"sciworld-worker-{index}", daemon=True)
+        process = self._ctx.Process(target=worker_main, name=f"{self.spec.name}-worker-{index}", daemon=True,
+                                    args=(child, index, self.spec, self.session_config, self.config.log_level))
         process.start()
         child.close()
         return _Handle(index=index, process=process, conn=parent, pid=process.pid)
@@ -424,14 +254,18 @@ class WorkerPool:
                                    "see its log lines above") from None
 
         message = await asyncio.get_running_loop().run_in_executor(self._executor, wait)
+        if message[0] != "ready":
+            handle.process.join(5.0)
+            raise RuntimeError(f"{handle.describe()} failed to prepare: {message[1]}")
         handle.pid, handle.state = message[1]["pid"], "ready"
+        self._ready_changed.set()
 
     async def _shutdown(self, handle: _Handle) -> None:
         if handle.state == "ready" and handle.process.is_alive():
             try:
                 async with handle.lock:
                     await self._call(handle, "shutdown", {}, timeout_s=30.0)
-            except PoolError as exc:
+            except EnvError as exc:
                 log.warning("%s did not shut down cleanly: %s", handle.describe(), exc)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._reap, handle)
         handle.state = "dead"
@@ -447,19 +281,21 @@ class WorkerPool:
 
     # requests
 
-    async def reset(self, task_id: str, *, simplification: str | None = None, with_valid_actions: bool = False,
+    async def reset(self, task_id: str, *, options: dict[str, Any] | None = None, with_valid_actions: bool = False,
                     session_id: str | None = None) -> dict[str, Any]:
-        """Start an episode: in a new session (new JVM), or again in ``session_id`` (its JVM reused).
+        """Start an episode: in a new session (a new env), or again in ``session_id`` (its env reused).
 
+        ``options``: the env's reset options (``spec.reset_options``; None values are left out).
         Returns the worker's reply plus ``session_id``.
         """
-        from textwm.envs.sciworld.env import parse_task_id
-
-        try:
-            parse_task_id(task_id)
-        except EnvError as exc:
-            raise BadRequest(str(exc)) from None
-        args = {"task_id": task_id, "simplification": simplification, "with_valid_actions": with_valid_actions}
+        self.spec.check_task_id(task_id)
+        options = {k: v for k, v in (options or {}).items() if v is not None}
+        unknown = sorted(set(options) - set(self.spec.reset_options))
+        if unknown:
+            raise BadRequest(f"unknown reset option(s) {', '.join(unknown)}; {self.spec.name} takes "
+                             f"{', '.join(self.spec.reset_options) or 'none'}")
+        self.counts["resets"] += 1
+        args = {"task_id": task_id, "options": options, "with_valid_actions": with_valid_actions}
         if session_id is not None:
             session = self._session(session_id)
             reply = await self._session_call(session, "reset", args)
@@ -477,6 +313,7 @@ class WorkerPool:
             raise SessionLost(f"session {new_id} was lost: {handle.died}")
         self._sessions[new_id] = _Session(new_id, handle, task_id, last_used=time.monotonic())
         handle.sessions.add(new_id)
+        self.counts["sessions_opened"] += 1
         reply.setdefault("info", {})["worker"] = handle.index
         log.info("session %s: %s on %s (%d/%d sessions)", new_id, task_id, handle.describe(), len(self._sessions),
                  self.config.capacity)
@@ -484,12 +321,14 @@ class WorkerPool:
 
     async def step(self, session_id: str, action: str, *, with_valid_actions: bool = False) -> dict[str, Any]:
         session = self._session(session_id)
+        self.counts["steps"] += 1
         return await self._session_call(session, "step", {"action": action, "with_valid_actions": with_valid_actions})
 
     async def close_session(self, session_id: str) -> None:
-        """Close a session and free its JVM."""
+        """Close a session and free its env."""
         session = self._session(session_id)
         self._forget(session, UnknownSession, f"session {session_id} was closed")
+        self.counts["sessions_closed"] += 1
         await self._close_on_worker(session)
 
     async def expire_idle(self, now: float | None = None) -> list[str]:
@@ -502,6 +341,7 @@ class WorkerPool:
                          f"session {session.id} ({session.task_id}) expired after {self.config.idle_timeout_s:g} s "
                          "without a request and was closed; reset a new one")
             log.info("session %s (%s) expired", session.id, session.task_id)
+            self.counts["sessions_expired"] += 1
         await asyncio.gather(*(self._close_on_worker(s) for s in idle))
         return [s.id for s in idle]
 
@@ -516,8 +356,29 @@ class WorkerPool:
         status = "ok" if alive == len(workers) else ("degraded" if alive else "down")
         return {"status": status, "workers_alive": alive, "workers_total": len(workers), "sessions": len(self._sessions),
                 "capacity": self.config.capacity, "max_sessions_per_worker": self.config.max_sessions_per_worker,
-                "idle_timeout_s": self.config.idle_timeout_s, "step_limit": self.config.step_limit,
+                "idle_timeout_s": self.config.idle_timeout_s, "env": self.spec.name,
                 "worker_restarts": self.restarts, "workers": workers}
+
+    def has_capacity(self) -> bool:
+        return any(h.state == "ready" and h.load < self.config.max_sessions_per_worker for h in self._handles)
+
+    async def wait_for_capacity(self, timeout_s: float | None = None) -> None:
+        """Wait until a ready worker has room for a session (e.g. the replacement of a crashed one).
+
+        Raises NoCapacity after ``timeout_s`` (default: the start timeout).
+        """
+        timeout_s = self.config.start_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while not self.has_capacity():
+            self._ready_changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoCapacity(f"no worker had room for a session within {timeout_s:g} s")
+            for handle in self._handles:
+                if handle.state == "dead":
+                    self._schedule_replacement(handle.index)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ready_changed.wait(), timeout=min(remaining, 1.0))
 
     # internals
 
@@ -541,7 +402,7 @@ class WorkerPool:
                              f"({self.config.idle_timeout_s:g} s)")
         return handle
 
-    def _forget(self, session: _Session, kind: type[PoolError], message: str) -> None:
+    def _forget(self, session: _Session, kind: type[EnvError], message: str) -> None:
         self._sessions.pop(session.id, None)
         session.handle.sessions.discard(session.id)
         self._tombstones[session.id] = (kind, message)
@@ -553,7 +414,7 @@ class WorkerPool:
         try:
             return await self._locked_call(session.handle, op, {"session_id": session.id, **args})
         except SessionLost as exc:
-            if session.id in self._sessions:  # the JVM failed: the worker dropped the session
+            if session.id in self._sessions:  # its env failed: the worker dropped the session
                 self._forget(session, SessionLost, f"session {session.id} ({session.task_id}) was lost: {exc}")
             kind, message = self._tombstones.get(session.id, (SessionLost, str(exc)))
             raise kind(message) from None
@@ -577,14 +438,15 @@ class WorkerPool:
         if reply[0] == "ok":
             return reply[1]
         _, kind, message = reply
-        raise _ERROR_KINDS.get(kind, WorkerFailure)(message)
+        self.counts[f"errors_{kind}"] += 1
+        raise ERROR_KINDS.get(kind, WorkerFailure)(message)
 
     async def _close_on_worker(self, session: _Session) -> None:
         handle = session.handle
         try:
             async with handle.lock:
                 await self._call(handle, "close", {"session_id": session.id}, timeout_s=self.config.request_timeout_s)
-        except PoolError as exc:  # the worker or JVM is gone already: nothing left to free
+        except EnvError as exc:  # the worker or its env is gone already: nothing left to free
             log.warning("closing session %s on %s: %s", session.id, handle.describe(), exc)
 
     def _worker_died(self, handle: _Handle, why: str) -> None:
@@ -597,6 +459,8 @@ class WorkerPool:
             self._forget(session, SessionLost, f"session {session.id} ({session.task_id}) was lost: {why}; "
                                                "reset a new one")
         log.error("%s; %d session(s) lost", why, len(lost))
+        self.counts["sessions_lost"] += len(lost)
+        self.counts["worker_deaths"] += 1
         if handle.process.is_alive():
             handle.process.kill()
         self._schedule_replacement(handle.index)
@@ -607,7 +471,7 @@ class WorkerPool:
         if time.monotonic() - self._last_restart.get(index, -RESTART_BACKOFF_S) < RESTART_BACKOFF_S:
             return  # the sweeper tries again later
         self._last_restart[index] = time.monotonic()
-        task = asyncio.create_task(self._replace(index), name=f"sciworld-replace-{index}")
+        task = asyncio.create_task(self._replace(index), name=f"{self.spec.name}-replace-{index}")
         self._replacing[index] = task
         task.add_done_callback(lambda _t: self._replacing.pop(index, None))
 

@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from textwm.clients.retry import RetryPolicy
+from textwm.envs.client import EnvClient, EnvServerError
 from textwm.envs.protocol import EnvError
-from textwm.envs.sciworld.client import EnvClient, EnvServerError
 
 FAST = RetryPolicy(max_retries=2, backoff_s=0.001, max_backoff_s=0.001)
 RESET_OK = {"session_id": "s1", "observation": "You are in the hallway.", "task_description": "Boil water.",

@@ -1,0 +1,237 @@
+"""The env contract: everything generic code (Simulator, RL adapters, evaluation, env server, dataset
+plumbing) needs from an environment, in one :class:`EnvSpec` per env.
+
+An env subpackage (``textwm.envs.sciworld``, ...) subclasses :class:`EnvSpec`, fills in its
+attributes and hooks, and is named once in :mod:`textwm.envs.registry`. Generic code asks the
+registry for a spec by name (``get_env("sciworld")``) and never imports an env subpackage.
+
+What a spec supplies:
+
+* **rows** — :meth:`EnvSpec.load_row` turns a dataset row (an RL task row) into a :class:`TaskStart`
+  once: task id, task family, the agent's start conversation, turn limit, the simulator's start
+  state (``sim_task``) and the real env's reset options;
+* **agent side** — :meth:`parse_action`, the format hint after an unparseable reply, the streak limit;
+* **simulator** — :meth:`start_episode` / :meth:`episode_from_dict`: a :class:`SimEpisode` with the
+  env's local responder, WM prompt and trajectory-only outcome (goals, loops, streaks);
+* **reward and success** — :meth:`reward` of an :class:`Outcome` (GRPO), :meth:`is_success` of a score;
+* **real env** — :meth:`open_session` (an :class:`~textwm.envs.protocol.EnvSession` in a worker
+  process), its config class, reset options, :meth:`check_task_id`, :meth:`end_reason`;
+* **guard switch** — :attr:`guard_env` (``SCIWORLD_WM_GUARD=0``: every step to the world model);
+* **dataset builder** — :meth:`dataset_builder` (optional), the env's hooks for :mod:`textwm.envs.build`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from textwm.data.jsonl import DataError
+from textwm.data.schema import parse_messages
+from textwm.envs.protocol import EnvError, EnvSession, ResetResult
+
+
+@dataclass(frozen=True)
+class WMQuery:
+    """What the world model is asked for one action (the WM proxy's payload fields)."""
+
+    system_prompt: str
+    state: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An episode's state as the env's rules read it: over or not, why, and the score so far."""
+
+    done: bool
+    #: Why it ended ("success", "wrong_focus", "repeat", ...), None while it goes on.
+    reason: str | None
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "reason": self.reason, "score": self.score}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Outcome:
+        return cls(bool(d["done"]), d.get("reason"), float(d["score"]))
+
+
+class SimEpisode(Protocol):
+    """Per-episode state of one env in the simulator: plain data that can travel with a request."""
+
+    def local_answer(self, action: str) -> str | None:
+        """The observation tracked state determines (the local responder), or None (ask the WM)."""
+        ...
+
+    def wm_query(self, action: str) -> WMQuery: ...
+
+    def observe(self, action: str, observation: str, source: str) -> None:
+        """Record one answered step (source: ``local`` or ``wm``)."""
+        ...
+
+    def unparseable(self) -> None:
+        """The agent's reply held no action (the env's streak rule may end the episode)."""
+        ...
+
+    def outcome(self) -> Outcome:
+        """Score and termination from the trajectory alone."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    """A dataset row read once: what an episode needs, in the real env and in the simulator."""
+
+    task_id: str
+    #: Task family, the unit of per-task summaries (ScienceWorld: ``boil`` for ``boil_v11``).
+    family: str
+    #: The conversation the agent starts from (system prompt, first user message); empty when the row has none.
+    messages: tuple[Mapping[str, str], ...]
+    #: The row's own turn limit (None: the caller's).
+    max_turns: int | None = None
+    #: The simulator's start state (the env's plain data), None when the row has none (the paper's rows).
+    sim_task: Any = None
+    #: Options of the real env's reset (ScienceWorld: ``{"simplification": "easy"}``).
+    reset_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class EnvSpec:
+    """Base of every env's spec: override the attributes and the hooks marked below.
+
+    A spec instance is pickled into env worker processes, so it keeps no open resources.
+    """
+
+    #: Registry name, the prefix of the ms-swift names (``<name>_scheduler``, ``<name>_reward``).
+    name: ClassVar[str] = ""
+    #: Human name for reports ("ScienceWorld").
+    title: ClassVar[str] = ""
+    #: ms-swift class names ``<class_prefix>Scheduler`` / ``<class_prefix>Reward`` (logged as rewards/<...>/mean).
+    class_prefix: ClassVar[str] = ""
+    #: The paper's switch: ``<GUARD>=0`` sends every simulated step to the world model.
+    guard_env: ClassVar[str] = ""
+    #: Consecutive unparseable agent replies that end an episode.
+    unparseable_limit: ClassVar[int] = 3
+    #: Told to the agent after a reply without an action (never something that passes for an observation).
+    invalid_reply_hint: ClassVar[str] = "Your reply contained no action. Reply with exactly one action."
+    #: The agent's system prompt for rows whose messages lack one.
+    agent_system_prompt: ClassVar[str] = ""
+    #: Turn limit of rows that name none.
+    default_max_turns: ClassVar[int] = 50
+    #: A score at or above this is a success.
+    success_score: ClassVar[float] = 1.0
+    #: Options a real-env reset accepts (strings), e.g. ("simplification",).
+    reset_options: ClassVar[tuple[str, ...]] = ()
+    #: Config dataclass of a real env session (its fields become env-server flags); None: no options.
+    session_config: ClassVar[type | None] = None
+
+    # --- rows ----------------------------------------------------------------------------------------
+
+    def load_row(self, row: Mapping[str, Any], *, need_sim: bool = False) -> TaskStart:
+        """The :class:`TaskStart` of an RL task row; DataError naming the field when the row is unusable.
+
+        ``need_sim``: the row must carry a simulator start state (:meth:`sim_task_of` not None).
+        """
+        if not isinstance(row, Mapping):
+            raise DataError(f"an RL task row must be a JSON object, got {type(row).__name__}")
+        task_id = row.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            raise DataError(f"row has no string 'task_id' (e.g. {self.example_task_id()!r})", field="task_id")
+        try:
+            self.check_task_id(task_id)
+        except EnvError as exc:
+            raise DataError(str(exc), field="task_id") from None
+        # ms-swift hands the scheduler a row's extra columns only, without its messages: they are optional here.
+        raw = row.get("messages")
+        messages = [{"role": m["role"], "content": m["content"]} for m in parse_messages(raw)] if raw else []
+        if messages and messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": self.agent_system_prompt})
+        sim_task = self.sim_task_of(row)
+        if need_sim:
+            if sim_task is None:
+                raise DataError(self.missing_sim_task(task_id), field="sim_task")
+            self.check_sim_task(sim_task)
+        turns = row.get("max_turns")
+        return TaskStart(task_id=task_id, family=self.family_of(task_id), messages=tuple(messages),
+                         max_turns=int(turns) if isinstance(turns, (int, float)) and turns > 0 else None,
+                         sim_task=sim_task, reset_options=self.reset_options_of(sim_task))
+
+    def sim_task_of(self, row: Mapping[str, Any]) -> Any:
+        """Hook: the simulator's start state in a row (None if absent); DataError naming the field if malformed."""
+        return None
+
+    def check_sim_task(self, sim_task: Any) -> None:
+        """Hook: DataError (naming the field) when a start state cannot drive a simulated episode."""
+
+    def missing_sim_task(self, task_id: str) -> str:
+        """Hook: the message for a row that has no simulator start state (say how to rebuild it)."""
+        return f"row {task_id!r} has no 'sim_task': the simulator needs the start state and goals"
+
+    def reset_options_of(self, sim_task: Any) -> dict[str, Any]:
+        """Hook: real-env reset options implied by a row's start state (default: none, the server's)."""
+        return {}
+
+    def check_task_id(self, task_id: str) -> None:
+        """Hook: cheap syntax check of a task id; raise :class:`~textwm.envs.protocol.BadRequest`."""
+
+    def family_of(self, task_id: str) -> str:
+        """Hook: the task family of a task id (default: the id itself)."""
+        return task_id
+
+    def example_task_id(self) -> str:
+        return "task_0"
+
+    # --- agent side --------------------------------------------------------------------------------
+
+    def parse_action(self, reply: str) -> str | None:
+        """Hook: the action in an agent's reply, None when there is none to execute."""
+        raise NotImplementedError
+
+    # --- simulator ------------------------------------------------------------------------------------
+
+    def start_episode(self, start: TaskStart) -> SimEpisode:
+        """Hook: a fresh simulated episode from a row's start (``start.sim_task`` is not None)."""
+        raise NotImplementedError
+
+    def episode_from_dict(self, data: Mapping[str, Any]) -> SimEpisode:
+        """Hook: the inverse of ``SimEpisode.to_dict``."""
+        raise NotImplementedError
+
+    # --- reward and success ---------------------------------------------------------------------------
+
+    def reward(self, outcome: Outcome) -> float:
+        """Hook: the GRPO reward of an episode's outcome (default: the score)."""
+        return float(outcome.score)
+
+    def is_success(self, score: float) -> bool:
+        return score >= self.success_score
+
+    # --- real env -------------------------------------------------------------------------------------
+
+    def open_session(self, config: Any = None) -> EnvSession:
+        """Hook: a new real env session (in a worker process); ``config``: a :attr:`session_config` instance."""
+        raise NotImplementedError
+
+    def prepare_worker(self) -> dict[str, Any]:
+        """Hook: one-time work in a new worker process before it reports ready (e.g. a task catalog)."""
+        return {}
+
+    def end_reason(self, score: float) -> str:
+        """Hook: why the real env ended an episode with ``score`` (default: success or env_done)."""
+        return "success" if self.is_success(score) else "env_done"
+
+    def real_start(self, start: TaskStart, reset: ResetResult) -> tuple[list[dict[str, str]], bool]:
+        """Hook: the agent's start conversation for a real-env reset, and whether it was rebuilt from it
+        (an env whose reset text can differ from the row's baked start replaces the first user message)."""
+        return [dict(m) for m in start.messages], False
+
+    # --- dataset builder ----------------------------------------------------------------------------
+
+    def dataset_builder(self) -> Any:
+        """Hook: the env's :class:`~textwm.envs.build.DatasetBuilder` (None: this env has no builder)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<env {self.name}>"

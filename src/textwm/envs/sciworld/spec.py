@@ -1,0 +1,149 @@
+"""ScienceWorld's env spec: what the generic Stage-2 layers need to know about ScienceWorld, in one place.
+
+* rows: the RL task rows of ``sciworld/build_wm_dataset.py`` (the paper's columns plus ``sim_task``:
+  the start state baked from the real env and the gold run's scoring goals);
+* agent side: :func:`~textwm.envs.sciworld.agent.parse_action`, the format hint, 3 unparseable
+  replies in a row end an episode;
+* simulator: :class:`~textwm.envs.sciworld.sim.SciWorldEpisode` (tracker + local responder + WM prompt
+  + trajectory outcome); ``SCIWORLD_WM_GUARD=0`` sends every step to the world model;
+* reward: score / 100 in [-1, 1], -1 for a wrong focus, -0.1 for an episode ended by a loop or a
+  streak (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100;
+* real env: :class:`~textwm.envs.sciworld.env.SciWorldEnv` (one JVM per session), reset option
+  ``simplification``, the task catalog warmed once per worker.
+
+The paper's released RL rows (``sciworld_rl_split.jsonl``) have no ``sim_task``: they carry a prompt for
+the world model, but neither a start state the tracker can follow nor the goals a score needs. Every
+simulated episode would then get the same reward and GRPO would learn nothing, silently, so such a row
+is refused with an error that names it and the command that rebuilds rows from the real env.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from textwm.data.jsonl import DataError
+from textwm.envs.contract import EnvSpec, Outcome, TaskStart
+from textwm.envs.protocol import EnvSession, ResetResult
+from textwm.envs.sciworld import agent, reward
+from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, parse_task_id
+from textwm.envs.sciworld.sim import SciWorldEpisode
+from textwm.envs.sciworld.tracker import Task
+
+
+def _clean_sim_task(sim: Any) -> Any:
+    """Undo what a columnar dataset loader does to ``sim_task``: rows of other tasks add null rooms/keys."""
+    if isinstance(sim, str):
+        sim = json.loads(sim)
+    if not isinstance(sim, Mapping):
+        return sim
+    sim = {k: v for k, v in sim.items() if v is not None}
+    if isinstance(sim.get("room_map"), Mapping):
+        sim["room_map"] = {room: text for room, text in sim["room_map"].items() if text is not None}
+    return sim
+
+
+class SciWorldSpec(EnvSpec):
+    name = "sciworld"
+    title = "ScienceWorld"
+    class_prefix = "SciWorld"
+    guard_env = "SCIWORLD_WM_GUARD"
+    unparseable_limit = reward.UNPARSEABLE_STREAK_LIMIT
+    invalid_reply_hint = ("Your reply contained no action. Reply with exactly one ScienceWorld action as plain text "
+                          "on one line, for example: look around, teleport to kitchen, pick up thermometer, "
+                          "activate stove.")
+    agent_system_prompt = agent.AGENT_SYSTEM_PROMPT
+    default_max_turns = agent.DEFAULT_MAX_TURNS
+    success_score = reward.SUCCESS_SCORE
+    reset_options = ("simplification",)
+    session_config = SciWorldSessionConfig
+
+    # --- rows ----------------------------------------------------------------------------------------
+
+    def check_task_id(self, task_id: str) -> None:
+        parse_task_id(task_id)
+
+    def family_of(self, task_id: str) -> str:
+        return parse_task_id(task_id).task
+
+    def example_task_id(self) -> str:
+        return "boil_v11"
+
+    def sim_task_of(self, row: Mapping[str, Any]) -> Task | None:
+        raw = row.get("sim_task")
+        if raw is None:
+            return None
+        try:
+            task = Task(**_clean_sim_task(raw))
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"sim_task is malformed ({exc}); rebuild it with sciworld/build_wm_dataset.py",
+                            field="sim_task") from None
+        return task
+
+    def check_sim_task(self, sim_task: Task) -> None:
+        if not sim_task.goals.get("milestones"):
+            raise DataError("sim_task has no goal milestones, so no simulated episode could score; rebuild the "
+                            "rows with sciworld/build_wm_dataset.py", field="sim_task.goals")
+
+    def missing_sim_task(self, task_id: str) -> str:
+        task = task_id.rsplit("_v", 1)[0]
+        return (f"RL row {task_id!r} has no 'sim_task' (the start state and goals the simulator scores with); rows "
+                "of the paper's release have none. Rebuild the rows from the real env, e.g. "
+                f"`python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data --tasks {task}`, and use "
+                "runs/sciworld_data/rl_*.jsonl")
+
+    def reset_options_of(self, sim_task: Task | None) -> dict[str, Any]:
+        return {"simplification": sim_task.simplification} if sim_task is not None else {}
+
+    # --- agent side, simulator, reward -----------------------------------------------------------------
+
+    def parse_action(self, reply: str) -> str | None:
+        return agent.parse_action(reply)
+
+    def start_episode(self, start: TaskStart) -> SciWorldEpisode:
+        return SciWorldEpisode.start(start.sim_task)
+
+    def episode_from_dict(self, data: Mapping[str, Any]) -> SciWorldEpisode:
+        return SciWorldEpisode.from_dict(dict(data))
+
+    def reward(self, outcome: Outcome) -> float:
+        return reward.reward(outcome)
+
+    # --- real env -------------------------------------------------------------------------------------
+
+    def open_session(self, config: SciWorldSessionConfig | None = None) -> EnvSession:
+        from textwm.envs.sciworld.env import SciWorldEnv
+
+        config = config or SciWorldSessionConfig()
+        return SciWorldEnv(step_limit=config.step_limit, simplification=config.simplification)
+
+    def prepare_worker(self) -> dict[str, Any]:
+        from textwm.envs.sciworld.env import task_catalog
+
+        return {"tasks": len(task_catalog())}  # one JVM, ~5 s; every later reset validates against it
+
+    def end_reason(self, score: float) -> str:
+        if score >= reward.SUCCESS_SCORE:
+            return "success"
+        if score <= reward.WRONG_FOCUS_SCORE:
+            return "wrong_focus"
+        return "env_done"  # the step limit, or a task the env completed below 100
+
+    def real_start(self, start: TaskStart, reset: ResetResult) -> tuple[list[dict[str, str]], bool]:
+        """Mendelian-genetics tasks are random across loads: when the real reset differs from the row's baked
+        start, the first user message is rebuilt from the real reset."""
+        messages = [dict(m) for m in start.messages]
+        baked: Task | None = start.sim_task
+        if baked is None or baked.initial_observation == reset.observation:
+            return messages, False
+        real = Task(task_id=start.task_id, task_description=reset.task_description,
+                    initial_observation=reset.observation, initial_inventory="", room_map={},
+                    simplification=baked.simplification or DEFAULT_SIMPLIFICATION)
+        messages[-1] = {"role": "user", "content": agent.first_user_message(real)}
+        return messages, True
+
+    def dataset_builder(self) -> Any:
+        from textwm.envs.sciworld.build import SciWorldBuilder
+
+        return SciWorldBuilder()

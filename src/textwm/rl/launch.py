@@ -1,0 +1,229 @@
+"""The GRPO run of an agent inside the world model: one config, one ``swift rlhf --rlhf_type grpo`` command line.
+
+Every knob is a field of :class:`GRPOConfig` with the paper's default and the environment variable
+the shell launchers have always read (``MODEL_PATH``, ``DATA``, ``WM_ENDPOINT``, ``NUM_GPUS``, ``LR``,
+...), so ``sciworld/run_sciworld_qwen3_grpo.sh`` only exports its model's defaults and runs
+
+    python -m textwm.rl.launch --env sciworld [--flag VALUE ...] [-- extra swift arguments]
+
+The plugin is the library's own file (:mod:`textwm.rl.swift_plugin`): nothing here needs a checkout.
+GPU layout: ``NUM_GPUS`` > 1 makes swift re-launch itself under torchrun (``NPROC_PER_NODE``,
+``MASTER_PORT``); ``NUM_GPUS=0`` hides the GPUs and runs in float32 without vLLM (tiny models only).
+Outputs: ``$OUTPUT_DIR/v<N>-<timestamp>/`` (checkpoints, ``logging.jsonl``, ``completions.jsonl``,
+``trajectories.jsonl``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from textwm.config import ConfigCLI, ConfigError, option
+from textwm.envs.registry import env_names, get_env
+
+log = logging.getLogger(__name__)
+
+PLUGIN = Path(__file__).resolve().with_name("swift_plugin.py")
+
+
+def visible_gpus() -> int:
+    """GPUs in ``CUDA_VISIBLE_DEVICES`` when it is set, else those ``nvidia-smi -L`` lists (0 without)."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return len([d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
+    return sum(line.startswith("GPU") for line in listed.splitlines())
+
+
+def default_swift() -> str:
+    """The ``swift`` beside this Python (its venv's), else the one on the PATH."""
+    beside = Path(sys.executable).with_name("swift")
+    return str(beside) if beside.exists() else "swift"
+
+
+def _knob(default, help: str, env: str, **kwargs):
+    """A field whose default can come from the environment variable the shell launchers have always read."""
+    return option(default, help, env=env, **kwargs)
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO of an agent LLM inside the world model (swift rlhf): every env step answered by the simulator."""
+
+    env: str = option("", "the env (a registered name, e.g. sciworld)")
+    data: str = _knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py)", "DATA")
+    model_path: str = _knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
+    model_type: str = _knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
+    template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
+    stop_words: str = _knob("<|im_end|> <|endoftext|>", "stop words, space-separated", "STOP_WORDS")
+    use_hf: bool = _knob(True, "load models from the Hugging Face hub", "USE_HF")
+    wm_endpoint: str = _knob("http://127.0.0.1:30000/", "the WM proxy", "WM_ENDPOINT")
+    wm_max_tokens: int | None = _knob(None, "longest WM observation in tokens (default: the plugin's, 256)",
+                                      "WM_MAX_TOKENS")
+    wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
+                               "e.g. SCIWORLD_WM_GUARD, or 1)")
+    run_name: str = _knob("", "run name (default: <env>_grpo)", "RUN_NAME")
+    output_dir: str = _knob("", "outputs (default: runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
+    master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
+    torch_dtype: str = _knob("", "default: bfloat16 on GPU, float32 on CPU", "TORCH_DTYPE")
+    use_vllm: bool | None = _knob(None, "rollouts with vLLM (default: on GPU)", "USE_VLLM")
+    vllm_mode: str = _knob("colocate", "vLLM mode", "VLLM_MODE")
+    vllm_gpu_memory_utilization: float = _knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")
+    vllm_max_model_len: int = _knob(16384, "vLLM context length", "VLLM_MAX_MODEL_LEN")
+    sleep_level: int = _knob(1, "vLLM sleep level between rollouts", "SLEEP_LEVEL")
+    offload_model: bool = _knob(False, "offload the model during rollouts", "OFFLOAD_MODEL")
+    offload_optimizer: bool = _knob(False, "offload the optimizer during rollouts", "OFFLOAD_OPTIMIZER")
+    max_turns: int = _knob(50, "agent turns per episode at most", "MAX_TURNS")
+    num_generations: int = _knob(8, "episodes per task (the GRPO group)", "NUM_GENERATIONS")
+    max_completion_length: int = _knob(256, "tokens per agent turn at most", "MAX_COMPLETION_LENGTH")
+    max_length: int = _knob(16384, "tokens per episode at most", "MAX_LENGTH")
+    epochs: float = _knob(3, "passes over the task rows", "EPOCHS")
+    per_device_train_batch_size: int = _knob(1, "episodes per device per step", "PER_DEVICE_TRAIN_BATCH_SIZE")
+    grad_accum_steps: int = _knob(8, "micro-batches per optimizer step", "GRAD_ACCUM_STEPS")
+    lr: float = _knob(1e-6, "learning rate", "LR")
+    lr_sched: str = _knob("constant", "learning-rate schedule", "LR_SCHED")
+    warmup_ratio: float = _knob(0.05, "share of steps for warm-up", "WARMUP_RATIO")
+    max_grad_norm: float = _knob(0.5, "gradient clipping", "MAX_GRAD_NORM")
+    beta: float = _knob(0.1, "KL coefficient", "BETA")
+    temperature: float = _knob(0.9, "rollout temperature", "TEMPERATURE")
+    top_p: float = _knob(0.95, "rollout nucleus sampling", "TOP_P")
+    num_iterations: int = _knob(1, "GRPO iterations per batch", "NUM_ITERATIONS")
+    gradient_checkpointing: bool | None = _knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
+    save_steps: int = _knob(20, "checkpoint every N steps", "SAVE_STEPS")
+    save_total_limit: int = _knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
+    logging_steps: int = _knob(1, "log every N steps", "LOGGING_STEPS")
+    dataset_num_proc: int = _knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
+    dataloader_num_workers: int = _knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
+    report_to: str = _knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set)", "REPORT_TO")
+    check_model: bool = _knob(False, "let ms-swift check the model files", "CHECK_MODEL")
+    seed: int = _knob(42, "seed", "SEED")
+    swift: str = _knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
+    launcher: str = _knob("", "name of the script that called this one, for messages", "LAUNCHER")
+
+    def __post_init__(self) -> None:
+        name = self.launcher or "textwm.rl.launch"
+        if not self.env:
+            raise ConfigError(f"{name}: no env; give --env NAME ({', '.join(env_names())})")
+        if not self.data or not Path(self.data).is_file():
+            raise ConfigError(f"{name}: DATA '{self.data}' not found. Build the RL rows from the real env with python "
+                              f"{self.env}/build_wm_dataset.py --out-dir runs/{self.env}_data, or point DATA at an "
+                              "rl_*.jsonl.")
+        if self.wm_guard not in ("", "0", "1"):
+            raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
+        for knob in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
+                     "grad_accum_steps"):
+            if getattr(self, knob) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, knob)}", key=knob.upper())
+
+    # --- derived -------------------------------------------------------------------------------------
+
+    @property
+    def gpus(self) -> int:
+        return visible_gpus() if self.num_gpus is None else self.num_gpus
+
+    def resolved(self) -> GRPOConfig:
+        """The defaults that depend on the env and the GPUs, filled in."""
+        gpu = self.gpus > 0
+        run_name = self.run_name or f"{self.env}_grpo"
+        return dataclasses.replace(
+            self, num_gpus=self.gpus, run_name=run_name, output_dir=self.output_dir or f"runs/{self.env}/{run_name}",
+            torch_dtype=self.torch_dtype or ("bfloat16" if gpu else "float32"),
+            use_vllm=gpu if self.use_vllm is None else self.use_vllm,
+            gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,
+            report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "none"),
+            wm_guard=self.wm_guard or os.environ.get(get_env(self.env).guard_env, "").strip() or "1",
+            swift=self.swift or default_swift())
+
+    def argv(self, extra: list[str] = ()) -> list[str]:
+        """The ``swift rlhf`` command line (of the resolved config)."""
+        c = self.resolved()
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        argv = [c.swift, "rlhf", "--rlhf_type", "grpo", "--model", c.model_path, "--template", c.template,
+                "--use_hf", b(c.use_hf), "--check_model", b(c.check_model), "--external_plugins", str(PLUGIN),
+                "--multi_turn_scheduler", f"{c.env}_scheduler", "--reward_funcs", f"{c.env}_reward",
+                "--max_turns", str(c.max_turns), "--completion_length_limit_scope", "per_round",
+                "--stop_words", *c.stop_words.split(), "--tuner_type", "full", "--use_vllm", b(c.use_vllm),
+                "--offload_model", b(c.offload_model), "--offload_optimizer", b(c.offload_optimizer),
+                "--torch_dtype", c.torch_dtype, "--dataset", c.data, "--split_dataset_ratio", "0",
+                "--max_completion_length", str(c.max_completion_length), "--max_length", str(c.max_length),
+                "--num_train_epochs", f"{c.epochs:g}", "--per_device_train_batch_size", str(c.per_device_train_batch_size),
+                "--gradient_accumulation_steps", str(c.grad_accum_steps), "--learning_rate", f"{c.lr:g}",
+                "--lr_scheduler_type", c.lr_sched, "--warmup_ratio", f"{c.warmup_ratio:g}",
+                "--max_grad_norm", f"{c.max_grad_norm:g}", "--num_generations", str(c.num_generations),
+                "--temperature", f"{c.temperature:g}", "--top_p", f"{c.top_p:g}",
+                "--num_iterations", str(c.num_iterations), "--beta", f"{c.beta:g}", "--loss_scale", "default",
+                "--gradient_checkpointing", b(c.gradient_checkpointing), "--save_steps", str(c.save_steps),
+                "--save_total_limit", str(c.save_total_limit), "--logging_steps", str(c.logging_steps),
+                "--dataset_num_proc", str(c.dataset_num_proc), "--dataloader_num_workers", str(c.dataloader_num_workers),
+                "--log_completions", "true", "--report_to", c.report_to, "--run_name", c.run_name,
+                "--seed", str(c.seed), "--output_dir", c.output_dir]
+        if c.model_type:
+            argv += ["--model_type", c.model_type]
+        if c.use_vllm:
+            argv += ["--vllm_mode", c.vllm_mode, "--vllm_gpu_memory_utilization", f"{c.vllm_gpu_memory_utilization:g}",
+                     "--vllm_max_model_len", str(c.vllm_max_model_len), "--sleep_level", str(c.sleep_level)]
+        return [*argv, *extra]
+
+    def environ(self) -> dict[str, str]:
+        """The environment of the swift process: the WM endpoint, the env's guard switch, the GPU layout."""
+        c = self.resolved()
+        spec = get_env(c.env)
+        env = {**os.environ, "WM_ENDPOINT": c.wm_endpoint, spec.guard_env: c.wm_guard, "PYTHONUNBUFFERED": "1",
+               "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
+        if c.wm_max_tokens is not None:
+            env["WM_MAX_TOKENS"] = str(c.wm_max_tokens)
+        env.pop("NPROC_PER_NODE", None)
+        if c.num_gpus > 1:
+            env.update(NPROC_PER_NODE=str(c.num_gpus), MASTER_PORT=str(c.master_port))
+        if c.num_gpus == 0:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif "CUDA_VISIBLE_DEVICES" not in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(c.num_gpus))
+        return env
+
+
+def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
+    """Run swift with ``config`` (announcing the CPU fallback); its exit status."""
+    c = config.resolved()
+    name = c.launcher or "textwm.rl.launch"
+    if c.num_gpus == 0:
+        print(f"{name}: warning: no GPU (NUM_GPUS=0): CPU run in {c.torch_dtype} without vLLM; only tiny models "
+              "are practical", file=sys.stderr)
+    print(f"{name}: {c.model_path} on {c.data}, WM {c.wm_endpoint} (guard {c.wm_guard}) -> {c.output_dir}; "
+          f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns",
+          file=sys.stderr)
+    return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,
+                          stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m textwm.rl.launch --env NAME [flags] [-- swift arguments]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    cli = ConfigCLI(GRPOConfig, prog="python -m textwm.rl.launch --env NAME", description=GRPOConfig.__doc__,
+                    key_values=False)
+    cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
+    try:
+        config, extras = cli.parse(argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if extras.print_command:
+        print(" ".join(config.argv(extra)))
+        return 0
+    return run(config, extra)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
