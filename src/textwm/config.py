@@ -464,8 +464,13 @@ class ConfigCLI:
         extra = argparse.Namespace(**{k: getattr(args, k) for k in self._extra})
         return resolver.build(), extra
 
-    def error(self, message: str) -> None:
-        self.parser.error(message)
+    def parse_or_report(self, argv: Sequence[str] | None = None) -> tuple[Any, argparse.Namespace] | None:
+        """:meth:`parse`, or None after printing ``error: <the ConfigError>`` (the caller exits with 2)."""
+        try:
+            return self.parse(argv)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
 
     def _split_overrides(self, argv: list[str]) -> tuple[list[str], list[str]]:
         """``key=value`` tokens out of ``argv`` (a list flag's values end at one; a flag's one value is not one)."""

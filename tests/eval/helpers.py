@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tests.serving.scripted_http import ScriptedServer
+from textwm.data.schema import parse_messages
+from textwm.data.wm_message import split_wm_user_message
 from textwm.eval.agents import AgentError, SimpleAgent
 
 
@@ -22,15 +24,24 @@ def turn(messages) -> int:
 
 
 class GoldAgent(SimpleAgent):
-    """Plays the gold actions of the task whose description opens the conversation."""
+    """Plays the gold actions of the task whose first user message opens the conversation (any env's rows);
+    a start rebuilt from the real reset (ScienceWorld lists some rooms in a new order on every load) is
+    matched by the row's instruction."""
 
     def __init__(self, rows: Sequence[dict], gold: dict[str, list[str]]):
+        self.by_start = {parse_messages(r["messages"])[1]["content"]: gold[r["task_id"]] for r in rows}
         self.by_instruction = {r["instruction"]: gold[r["task_id"]] for r in rows}
         self.seen: list[list[dict]] = []
 
+    def _actions(self, first: str) -> list[str]:
+        if first in self.by_start:
+            return self.by_start[first]
+        (actions,) = [a for text, a in self.by_instruction.items() if text in first]
+        return actions
+
     def reply(self, messages) -> str:
         self.seen.append([dict(m) for m in messages])
-        actions = next(a for text, a in self.by_instruction.items() if text in messages[1]["content"])
+        actions = self._actions(messages[1]["content"])
         n = turn(messages)
         return actions[n] if n < len(actions) else "look around"
 
@@ -50,23 +61,20 @@ class ScriptAgent(SimpleAgent):
         return item
 
 
-def gold_observations(wm_rows: Sequence[dict]) -> dict[tuple[str, str], str]:
-    """(task description, action) -> the real observation, from gold transition rows."""
-    table = {}
-    for row in wm_rows:
-        if row["source"] != "gold":
-            continue
-        state, action = row["messages"][1]["content"].rsplit("\n\nAction: ", 1)
-        table[(state.removeprefix("State: ").split("\n", 1)[0], action)] = row["messages"][2]["content"]
-    return table
+def gold_actions(sft_rows: Sequence[dict]) -> dict[str, list[str]]:
+    """task id -> the actions of its demonstration (the assistant turns of an SFT row)."""
+    return {r["task_id"]: [m["content"] for m in parse_messages(r["messages"]) if m["role"] == "assistant"]
+            for r in sft_rows}
 
 
 class GoldWM:
-    """A WM proxy on loopback that answers from the real gold transitions (our test double of a perfect WM):
-    gold actions get the real observation, "focus on X" gets "You focus on the X.", anything else is rejected."""
+    """A WM proxy on loopback that answers from real transitions (our test double of a perfect WM): the
+    observation recorded for the same (state, action), else ``fallback(action)``, else a fixed refusal."""
 
-    def __init__(self, wm_rows: Sequence[dict]):
-        self.table = gold_observations(wm_rows)
+    def __init__(self, wm_rows: Sequence[dict], fallback: Callable[[str], str | None] | None = None,
+                 refusal: str = "No known action matches that input."):
+        self.table = {split_wm_user_message(r["messages"][1]["content"]): r["messages"][2]["content"] for r in wm_rows}
+        self.fallback, self.refusal = fallback, refusal
         self.server = ScriptedServer(self._respond)
         self.url = self.server.url + "/"
 
@@ -74,14 +82,22 @@ class GoldWM:
         if method == "GET":
             return 200, {"status": "ok"}, 0
         inp = body["input"]
-        task = inp["state"].split("\n", 1)[0]
-        obs = self.table.get((task, inp["action"]))
-        if obs is None and inp["action"].startswith("focus on "):
-            obs = f"You focus on the {inp['action'][len('focus on '):]}."
-        return 200, {"generated_text": obs or "No known action matches that input.", "usage": {}}, 0
+        obs = self.table.get((inp["state"], inp["action"]))
+        if obs is None and self.fallback is not None:
+            obs = self.fallback(inp["action"])
+        return 200, {"generated_text": obs or self.refusal, "usage": {}}, 0
+
+    @property
+    def requests(self):
+        return self.server.requests
 
     def close(self) -> None:
         self.server.close()
+
+
+def sciworld_focus(action: str) -> str | None:
+    """ScienceWorld's answer to any focus action, for a GoldWM that must let wrong focuses happen."""
+    return f"You focus on the {action[len('focus on '):]}." if action.startswith("focus on ") else None
 
 
 class ChatServer:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.eval.helpers import GoldWM, ScriptAgent, free_port
+from tests.eval.helpers import GoldWM, ScriptAgent, free_port, sciworld_focus
 from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
 from textwm.data.jsonl import DataError
@@ -57,7 +57,7 @@ def test_wm_down_marks_episodes_and_counts_errors(sw_data):
 
 
 def test_wrong_focus_and_unparseable_replies_in_the_wm(sw_data):
-    wm = GoldWM(sw_data.wm_rows)
+    wm = GoldWM(sw_data.wm_rows, fallback=sciworld_focus)
     try:
         with WMClient(wm.url, retry=FAST) as client:
             sim = Simulator(client)

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from textwm.config import config_dict, option
 from textwm.data.jsonl import atomic_write, write_json, write_jsonl
 from textwm.envs.contract import EnvSpec
-from textwm.envs.registry import env_names, get_env, pop_env_flag
+from textwm.envs.registry import get_env, spec_from_cli
 
 log = logging.getLogger(__name__)
 
@@ -219,25 +219,22 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
     """``python -m textwm.envs.build --env NAME --out-dir DIR ...`` (or an env's wrapper with ``env`` fixed)."""
     import sys
 
-    from textwm.config import ConfigCLI, ConfigError
+    from textwm.config import ConfigCLI
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    env = env or pop_env_flag(argv)
-    if env is None:
-        print(f"usage: {prog or 'python -m textwm.envs.build'} --env {{{','.join(env_names())}}} --out-dir DIR "
-              "[flags]; --env NAME --help lists the flags", file=sys.stderr)
+    prog = prog or "python -m textwm.envs.build"
+    spec = spec_from_cli(argv, env, prog, "--out-dir DIR [flags]")
+    if spec is None:
         return 2
-    try:
-        spec = get_env(env)
-        builder = spec.dataset_builder()
-        if builder is None:
-            raise ConfigError(f"env {env!r} has no dataset builder")
-        cls = builder.config_class
-        config, _ = ConfigCLI(cls, prog=prog or f"python -m textwm.envs.build --env {env}", key_values=False,
-                              description=cls.__doc__).parse(argv)
-    except (KeyError, ConfigError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+    builder = spec.dataset_builder()
+    if builder is None:
+        print(f"error: env {spec.name!r} has no dataset builder", file=sys.stderr)
         return 2
+    parsed = ConfigCLI(builder.config_class, prog=prog, key_values=False,
+                       description=builder.config_class.__doc__).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    config = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         report = build(spec, config)

@@ -56,3 +56,20 @@ def pop_env_flag(argv: list[str]) -> str | None:
             del argv[i]
             return token.split("=", 1)[1]
     return None
+
+
+def spec_from_cli(argv: list[str], env: str | None, prog: str, usage: str) -> EnvSpec | None:
+    """The env of a generic command line: ``env`` (a wrapper's), else ``--env NAME`` taken out of ``argv``.
+    None after printing the usage or the error (the caller exits with 2)."""
+    import sys
+
+    env = env or pop_env_flag(argv)
+    if env is None:
+        print(f"usage: {prog} --env {{{','.join(env_names())}}} {usage}; --env NAME --help lists the flags",
+              file=sys.stderr)
+        return None
+    try:
+        return get_env(env)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return None

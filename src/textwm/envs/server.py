@@ -37,11 +37,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from textwm.config import ConfigCLI, ConfigError, option
+from textwm.config import ConfigCLI, option
 from textwm.envs.contract import EnvSpec
 from textwm.envs.pool import PoolConfig, WorkerPool
 from textwm.envs.protocol import EnvError
-from textwm.envs.registry import env_names, get_env, pop_env_flag
+from textwm.envs.registry import spec_from_cli
 
 log = logging.getLogger(__name__)
 
@@ -257,24 +257,16 @@ def server_config_class(spec: EnvSpec) -> type:
 def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | None = None) -> int:
     """``python -m textwm.envs.server --env NAME ...`` (or an env's wrapper with ``env`` fixed): serve until Ctrl-C."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    env = env or pop_env_flag(argv)
-    if env is None:
-        print(f"usage: {prog or 'python -m textwm.envs.server'} --env {{{','.join(env_names())}}} [flags]; "
-              "--env NAME --help lists the flags", file=sys.stderr)
+    prog = prog or "python -m textwm.envs.server"
+    spec = spec_from_cli(argv, env, prog, "[flags]")
+    if spec is None:
         return 2
-    try:
-        spec = get_env(env)
-    except KeyError as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
+    parsed = ConfigCLI(server_config_class(spec), prog=prog, key_values=False,
+                       description=f"The real {spec.title or spec.name} env server (sessions on a pool of worker "
+                                   "processes).").parse_or_report(argv)
+    if parsed is None:
         return 2
-    cls = server_config_class(spec)
-    try:
-        config, _ = ConfigCLI(cls, prog=prog or f"python -m textwm.envs.server --env {env}", key_values=False,
-                              description=f"The real {spec.title or spec.name} env server (sessions on a pool of "
-                                          "worker processes).").parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = parsed[0]
     level = getattr(logging, config.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool_config = dataclasses.replace(config.pool, log_level=level)

@@ -4,22 +4,16 @@ as :class:`~textwm.generation.sdar.SDARDecoder`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+from textwm.generation.base import Decoder
 from textwm.generation.sdar import Generation
 from textwm.generation.settings import DecodeSettings
-from textwm.models.checkpoint import ModelSpec
 
 
-class ARDecoder:
+class ARDecoder(Decoder):
     family = "ar"
-
-    def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None):
-        self.model = model
-        self.spec = spec
-        self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,

@@ -7,14 +7,13 @@ import sys
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
-    from textwm.config import ConfigCLI, ConfigError
+    from textwm.config import ConfigCLI
     from textwm.generation.runner import EvalGenerateConfig
 
-    try:
-        config, _ = ConfigCLI(EvalGenerateConfig, prog=prog, description=description).parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = ConfigCLI(EvalGenerateConfig, prog=prog, description=description).parse_or_report(argv)
+    if parsed is None:
         return 2
+    config = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from textwm.data.jsonl import DataError

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from textwm.generation.ar import ARDecoder
+from textwm.generation.base import Decoder
 from textwm.generation.sdar import Generation, SDARDecoder
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 
 __all__ = ["ARDecoder", "Generation", "SDARDecoder", "WeDLMDecoder", "make_decoder"]
-
-Decoder = ARDecoder | SDARDecoder | WeDLMDecoder
 
 
 def make_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None) -> Decoder:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from textwm.generation.base import MaskDecoder
 from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
 from textwm.generation.settings import DecodeSettings
@@ -83,23 +84,14 @@ class BlockKVCache:
         self.values = [v.index_select(0, rows) for v in self.values]
 
 
-class SDARDecoder:
+class SDARDecoder(MaskDecoder):
     """Block-diffusion decoder over a loaded SDAR model (any transformers causal LM class)."""
 
     family = "sdar"
 
     def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None):
-        if spec.mask_token_id is None:
-            spec.require_diffusion(1)  # raises the explanatory error
-        self.model = model
-        self.spec = spec
-        self.mask_id = int(spec.mask_token_id)
-        self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
+        super().__init__(model, spec, pad_token_id=pad_token_id)
         self.stop_ids = torch.tensor(spec.stop_ids or (), dtype=torch.long)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: BlockKVCache) -> torch.Tensor:
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from textwm.generation.base import MaskDecoder
 from textwm.generation.sampling import entropy, sample
 from textwm.generation.sdar import Generation
 from textwm.generation.settings import DecodeSettings
@@ -92,23 +93,14 @@ def step_mask(pad: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Ten
     return (committed[:, None, :] | window)[:, None]
 
 
-class WeDLMDecoder:
+class WeDLMDecoder(MaskDecoder):
     """Streaming parallel decoder over a loaded WeDLM model (any transformers causal LM class)."""
 
     family = "wedlm"
 
     def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None):
-        if spec.mask_token_id is None:
-            spec.require_diffusion(1)  # raises the explanatory error
-        self.model = model
-        self.spec = spec
-        self.mask_id = int(spec.mask_token_id)
-        self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
+        super().__init__(model, spec, pad_token_id=pad_token_id)
         self.stop_ids = set(spec.stop_ids or ())
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: RaggedKVCache):
         return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,

@@ -214,11 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     cli = ConfigCLI(GRPOConfig, prog="python -m textwm.rl.launch --env NAME", description=GRPOConfig.__doc__,
                     key_values=False)
     cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
-    try:
-        config, extras = cli.parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = cli.parse_or_report(argv)
+    if parsed is None:
         return 2
+    config, extras = parsed
     if extras.print_command:
         print(" ".join(config.argv(extra)))
         return 0

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigCLI, ConfigError, config_dict, option
+from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BACKENDS, BackendSpec, server_decode_defaults
 from textwm.serving.proxy import ProxyConfig
@@ -75,11 +75,10 @@ class StackConfig:
 
 
 def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.serving server") -> int:
-    try:
-        config, _ = ConfigCLI(ServerConfig, prog=prog, description=ServerConfig.__doc__).parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = ConfigCLI(ServerConfig, prog=prog, description=ServerConfig.__doc__).parse_or_report(argv)
+    if parsed is None:
         return 2
+    config = parsed[0]
     _logging()
 
     import uvicorn
@@ -105,11 +104,10 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
 
 
 def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serving proxy") -> int:
-    try:
-        config, _ = ConfigCLI(ProxyServeConfig, prog=prog, description=ProxyServeConfig.__doc__).parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = ConfigCLI(ProxyServeConfig, prog=prog, description=ProxyServeConfig.__doc__).parse_or_report(argv)
+    if parsed is None:
         return 2
+    config = parsed[0]
     _logging()
 
     import uvicorn
@@ -122,11 +120,10 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
 
 
 def stack_main(argv: list[str] | None = None, prog: str = "python -m textwm.serving stack") -> int:
-    try:
-        config, _ = ConfigCLI(StackConfig, prog=prog, description=StackConfig.__doc__).parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = ConfigCLI(StackConfig, prog=prog, description=StackConfig.__doc__).parse_or_report(argv)
+    if parsed is None:
         return 2
+    config = parsed[0]
     _logging("%(levelname)s %(message)s")
 
     from textwm.serving.launch import ManagedProcess, health_url, proxy_command, server_command

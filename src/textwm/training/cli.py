@@ -18,7 +18,7 @@ def list_keys() -> None:
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
-    from textwm.config import ConfigCLI, ConfigError
+    from textwm.config import ConfigCLI
     from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -27,11 +27,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
         return 0
     cli = ConfigCLI(SFTConfig, prog=prog, description=description, ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
     cli.add_argument("--list-keys", action="store_true", help="print every config key with its default and help")
-    try:
-        config, _ = cli.parse(argv)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    parsed = cli.parse_or_report(argv)
+    if parsed is None:
         return 2
+    config = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from textwm.data.jsonl import DataError

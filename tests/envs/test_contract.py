@@ -1,0 +1,249 @@
+"""The env contract suite: every generic Stage-2 layer against every registered env.
+
+One parametrised case per env: the toy house (fast tier) and ScienceWorld (slow tier: real JVMs). Each
+case builds a small dataset with the env's own builder, then runs through the dataset plumbing, the
+real-env server and client, the Simulator with and without the local responder, the ms-swift scheduler
+and reward hooks, and the closed-loop evaluation (real / WM / W2R, and the CLI). The only env facts the
+suite uses are what the spec and its builder produce. A new env is accepted by adding its case here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.eval.helpers import ChatServer, GoldAgent, GoldWM, ScriptAgent, free_port, gold_actions, read_jsonl
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import WMClient
+from textwm.data.schema import validate_target_row
+from textwm.data.wm_message import split_wm_user_message
+from textwm.envs import env_names, get_env
+from textwm.envs.build import BuildConfig, build
+from textwm.envs.contract import EnvSpec, Outcome
+from textwm.envs.simulator import LOCAL, WM, WM_ERROR, Simulator
+
+FAST = RetryPolicy(max_retries=1, backoff_s=0.01, max_backoff_s=0.01)
+
+
+def _sciworld_config(out: Path) -> BuildConfig:
+    pytest.importorskip("scienceworld")
+    if shutil.which("java") is None:
+        pytest.skip("ScienceWorld needs a Java runtime (java on PATH)")
+    from textwm.envs.sciworld.build import SciWorldBuildConfig
+
+    return SciWorldBuildConfig(out_dir=str(out), tasks=("find-non-living-thing", "lifespan-longest-lived"),
+                               train_variations=0, dev_variations=0, test_variations=1, explore_episodes=1,
+                               explore_steps=5, workers=1)
+
+
+#: env name -> the small build each case plays (its test split is what the suite evaluates).
+BUILDS = {
+    "toy": lambda out: BuildConfig(out_dir=str(out), train_variations=1, dev_variations=0, test_variations=2,
+                                   explore_episodes=1, explore_steps=6, workers=1),
+    "sciworld": _sciworld_config,
+}
+CASES = [pytest.param("toy", id="toy"), pytest.param("sciworld", id="sciworld", marks=pytest.mark.slow)]
+
+
+@dataclass
+class Case:
+    spec: EnvSpec
+    dir: Path
+    report: Any
+    rows: list[dict]          # RL task rows of the test split
+    wm_rows: list[dict]       # WM transitions of the test split
+    gold: dict[str, list[str]]
+
+    @property
+    def rl(self) -> Path:
+        return self.dir / "rl_test.jsonl"
+
+    def starts(self):
+        return [self.spec.load_row(r, need_sim=True) for r in self.rows]
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request, tmp_path_factory) -> Case:
+    name = request.param
+    out = tmp_path_factory.mktemp(f"contract_{name}")
+    spec = get_env(name)
+    report = build(spec, BUILDS[name](out))
+    load = lambda f: [json.loads(line) for line in (out / f).read_text().splitlines()]  # noqa: E731
+    return Case(spec, out, report, load("rl_test.jsonl"), load("wm_test.jsonl"), gold_actions(load("sft_test.jsonl")))
+
+
+@pytest.fixture
+def gold_wm(case):
+    wm = GoldWM(case.wm_rows)
+    yield wm
+    wm.close()
+
+
+# --- the spec and the dataset builder ------------------------------------------------------------------
+
+
+def test_the_env_is_registered_with_a_complete_spec(case):
+    spec = case.spec
+    assert spec.name in env_names() and get_env(spec.name) is spec
+    assert spec.title and spec.class_prefix and spec.guard_env.endswith("_WM_GUARD") and spec.invalid_reply_hint
+    assert spec.unparseable_limit >= 1 and spec.default_max_turns >= 1
+
+
+def test_dataset_builder_rows_fit_every_consumer(case):
+    assert case.report.gold_below_success == [] and case.report.transitions["test"] == len(case.wm_rows)
+    for row in case.wm_rows:                      # trainer/scorer rows in the one WM-message layout
+        validate_target_row(row)
+        _, action = split_wm_user_message(row["messages"][1]["content"])
+        assert action and row["source"]
+    assert {r["task_id"] for r in case.rows} == set(case.gold)
+    for start in case.starts():                   # RL rows: a simulator start and an agent conversation
+        assert start.sim_task is not None and start.family == case.spec.family_of(start.task_id)
+        assert [m["role"] for m in start.messages[:2]] == ["system", "user"]
+    card = json.loads((case.dir / "dataset_card.json").read_text())
+    assert card["env"] == case.spec.name and card["transitions"]["test"] == len(case.wm_rows)
+    assert card["sft_demos"] == sum(len(p.read_text().splitlines()) for p in case.dir.glob("sft_*.jsonl"))
+
+
+# --- the real env: server, client, pool ------------------------------------------------------------------
+
+
+def test_env_server_and_client_play_a_gold_run(case):
+    from fastapi.testclient import TestClient
+
+    from textwm.envs.client import EnvClient, EnvServerError
+    from textwm.envs.pool import PoolConfig
+    from textwm.envs.server import create_env_app
+
+    task_id = case.rows[0]["task_id"]
+    with TestClient(create_env_app(case.spec, PoolConfig(workers=1, max_sessions_per_worker=2))) as http:
+        env = EnvClient("http://testserver", http=http)
+        start = env.reset(task_id, with_valid_actions=True)
+        assert start.observation and start.info["session_id"] and isinstance(start.info["valid_actions"], list)
+        for action in case.gold[task_id]:
+            step = env.step(action)
+            if step.done:
+                break
+        assert step.done and case.spec.is_success(step.score)
+        with pytest.raises(EnvServerError) as over:
+            env.step(case.gold[task_id][-1])
+        assert over.value.status == 409
+        sid = env.session_id
+        env.end_session()
+        assert http.post("/step", json={"session_id": sid, "action": "look"}).status_code == 404
+        bad = http.post("/reset", json={"task_id": "no such task"})
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+        assert http.post("/reset", json={"task_id": task_id, "colour": "red"}).status_code == 422
+        health = http.get("/health").json()
+        assert health["status"] == "ok" and health["env"] == case.spec.name and health["sessions"] == 0
+        metrics = http.get("/metrics").text
+        assert f'textwm_env_events_total{{env="{case.spec.name}",event="resets"}} 1' in metrics
+
+
+# --- the simulator -------------------------------------------------------------------------------------
+
+
+def _play(spec, sim, start, actions):
+    episode, steps = spec.start_episode(start), []
+    for action in actions:
+        steps.append(sim.step(episode, action))
+        if steps[-1].error or steps[-1].outcome.done:
+            break
+    return episode, steps
+
+
+def test_simulator_with_and_without_the_responder(case, gold_wm):
+    with WMClient(gold_wm.url, retry=FAST) as client:
+        for use_local in (True, False):
+            sim = Simulator(client, use_local=use_local)
+            for start in case.starts():
+                episode, steps = _play(case.spec, sim, start, case.gold[start.task_id])
+                assert steps[-1].outcome.reason == "success" and case.spec.is_success(episode.outcome().score)
+                json.dumps(episode.to_dict())            # plain data, so it can travel with a request
+                assert case.spec.episode_from_dict(episode.to_dict()).outcome() == episode.outcome()
+            sources = {s for s in ("local", "wm") if getattr(sim.stats, s)}
+            assert sources == ({LOCAL, WM} if use_local else {WM}), sim.stats
+    down = Simulator(WMClient(f"http://127.0.0.1:{free_port()}/", retry=FAST, timeout_s=2))
+    episode, steps = _play(case.spec, down, case.starts()[0], case.gold[case.rows[0]["task_id"]])
+    failed = [s for s in steps if s.error]
+    assert failed and failed[0].failure == WM_ERROR and failed[0].observation is None and down.stats.wm_errors == 1
+
+
+# --- ms-swift: the scheduler and the reward, hook by hook -------------------------------------------------
+
+
+def test_swift_scheduler_and_reward_play_a_gold_episode(case, gold_wm, monkeypatch, tmp_path):
+    protocol = pytest.importorskip("swift.infer_engine.protocol", reason="ms-swift is in the [rl] extra")
+    from textwm.rl.swift_adapters import make_reward_class, make_scheduler_class
+
+    monkeypatch.setenv("WM_ENDPOINT", gold_wm.url)
+    monkeypatch.setenv("TEXTWM_TRAJECTORY_LOG", str(tmp_path / "traj.jsonl"))
+    scheduler = make_scheduler_class(case.spec)(max_turns=40, tokenizer=None, template=None)
+    row = case.rows[0]
+    messages = [dict(m) for m in (json.loads(row["messages"]) if isinstance(row["messages"], str) else row["messages"])]
+    request = protocol.RolloutInferRequest(messages=messages, data_dict={k: v for k, v in row.items() if k != "messages"})
+    asyncio.run(scheduler.on_trajectory_start([request]))
+    for turn, reply in enumerate(["", *case.gold[row["task_id"]]], start=1):
+        request.messages.append({"role": "assistant", "content": reply})
+        choice = protocol.ChatCompletionResponseChoice(
+            index=0, message=protocol.ChatMessage(role="assistant", content=reply), finish_reason="stop")
+        result = asyncio.run(scheduler.on_turn_end(request, choice, turn))
+        if turn == 1:
+            assert not result["done"]
+        if result["done"]:
+            break
+        scheduler.step(request, choice, turn)
+        if turn == 1:
+            assert request.messages[-1] == {"role": "user", "content": case.spec.invalid_reply_hint}
+    infos = result["rollout_infos"]
+    assert infos["end_reason"] == "success" and infos["sources"][0] == "feedback" and infos["unparseable"] == 1
+    assert infos["env"] == case.spec.name and not infos["wm_error"]
+    reward = make_reward_class(case.spec)()
+    assert reward.__class__.__name__ == f"{case.spec.class_prefix}Reward"
+    (value,) = reward(["x"], rollout_infos=[infos])
+    assert value == case.spec.reward(Outcome.from_dict(infos["outcome"])) and value > 0
+    assert json.loads((tmp_path / "traj.jsonl").read_text())["reward"] == value
+
+
+# --- evaluation: real, WM, W2R, and the CLI -------------------------------------------------------------
+
+
+def test_closed_loop_evaluation_of_a_gold_agent(case, gold_wm):
+    from textwm.envs.blocking import BlockingPool
+    from textwm.eval.closed_loop import evaluate_agent_real, evaluate_agent_wm, replay_in_real
+    from textwm.eval.fidelity import closed_loop_fidelity
+
+    starts, agent = case.starts(), GoldAgent(case.rows, case.gold)
+    with BlockingPool(case.spec, 1) as pool, WMClient(gold_wm.url, retry=FAST) as client:
+        real = evaluate_agent_real(case.spec, starts, agent, pool=pool, progress=False)
+        wm = evaluate_agent_wm(case.spec, starts, agent, Simulator(client), concurrency=2, progress=False)
+        w2r = replay_in_real(case.spec, wm.records, {s.task_id: s for s in starts}, pool=pool, progress=False)
+        looker = evaluate_agent_real(case.spec, starts[:1], ScriptAgent(["", "", ""]), pool=pool, progress=False)
+    fid = closed_loop_fidelity(real.summary, wm.summary, w2r.summary)
+    assert (fid["real"]["success_rate"], fid["wm"]["success_rate"], fid["w2r"]["success_rate"], fid["cr"]) == \
+        (1.0, 1.0, 1.0, 1.0)
+    assert all(r.reason == "success" and r.done for r in real.records + wm.records + w2r.records)
+    assert wm.summary["local_steps"] + wm.summary["wm_steps"] == sum(r.turns for r in wm.records)
+    (rec,) = looker.records
+    assert (rec.reason, rec.unparseable, rec.actions) == ("unparseable_streak", case.spec.unparseable_limit,
+                                                          [None] * case.spec.unparseable_limit)
+
+
+def test_eval_cli_in_the_world_model(case, gold_wm, tmp_path, capsys):
+    from textwm.eval.run import main
+
+    agent = ChatServer(GoldAgent(case.rows, case.gold).reply)
+    try:
+        code = main(["agent-wm", "--rows", str(case.rl), "--agent-url", agent.url, "--wm-endpoint", gold_wm.url,
+                     "--output-dir", str(tmp_path)], env=case.spec.name)
+    finally:
+        agent.close()
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "summary_wm.json").read_text())["success_rate"] == 1.0
+    assert len(read_jsonl(tmp_path / "episodes_wm.jsonl")) == len(case.rows)
+    assert (tmp_path / f"eval_{case.spec.name}.md").read_text().startswith(f"# {case.spec.title} evaluation")

@@ -1,0 +1,44 @@
+"""The GRPO command line built by the library (the demo and the shell launchers run it): no checkout path."""
+
+import json
+import subprocess
+import sys
+
+from textwm.rl.launch import PLUGIN, GRPOConfig
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_argv_and_environment(tmp_path, monkeypatch):
+    data = tmp_path / "rl.jsonl"
+    data.write_text(json.dumps({"task_id": "boil_v0"}) + "\n")
+    monkeypatch.setenv("SCIWORLD_WM_GUARD", "0")
+    config = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, max_turns=3, wm_max_tokens=16, swift="swift")
+    argv = config.argv(["--max_steps", "1"])
+    assert argv[:4] == ["swift", "rlhf", "--rlhf_type", "grpo"] and argv[-2:] == ["--max_steps", "1"]
+    assert _flag(argv, "--external_plugins") == str(PLUGIN) and PLUGIN.is_file() and "textwm" in PLUGIN.parts
+    assert (_flag(argv, "--multi_turn_scheduler"), _flag(argv, "--reward_funcs")) == ("sciworld_scheduler",
+                                                                                      "sciworld_reward")
+    assert (_flag(argv, "--use_vllm"), _flag(argv, "--torch_dtype"), _flag(argv, "--max_turns")) == ("false",
+                                                                                                   "float32", "3")
+    assert _flag(argv, "--output_dir") == "runs/sciworld/sciworld_grpo"
+    env = config.environ()
+    assert (env["SCIWORLD_WM_GUARD"], env["CUDA_VISIBLE_DEVICES"], env["WM_MAX_TOKENS"]) == ("0", "", "16")
+    gpu = GRPOConfig(env="sciworld", data=str(data), num_gpus=4, swift="swift")
+    assert _flag(gpu.argv(), "--vllm_mode") == "colocate" and gpu.environ()["NPROC_PER_NODE"] == "4"
+
+
+def test_the_knobs_come_from_the_environment(tmp_path):
+    data = tmp_path / "rl.jsonl"
+    data.write_text("{}\n")
+    env = {"DATA": str(data), "NUM_GPUS": "0", "LR": "3e-6", "MAX_TURNS": "7", "SWIFT": "my-swift", "PATH": "/usr/bin"}
+    res = subprocess.run([sys.executable, "-m", "textwm.rl.launch", "--env", "sciworld", "--print-command"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert res.returncode == 0, res.stderr
+    argv = res.stdout.split()
+    assert (argv[0], _flag(argv, "--learning_rate"), _flag(argv, "--max_turns")) == ("my-swift", "3e-06", "7")
+    bad = subprocess.run([sys.executable, "-m", "textwm.rl.launch", "--env", "sciworld"], capture_output=True,
+                         text=True, env={**env, "DATA": str(tmp_path / "nope.jsonl")}, check=False)
+    assert bad.returncode == 2 and "DATA" in bad.stderr and "build_wm_dataset.py" in bad.stderr
