@@ -16,6 +16,7 @@ from textwm.eval.fidelity import (
     wm_fidelity_single_step,
 )
 from textwm.generation.api import ApiGenerationConfig
+from textwm.generation.settings import DecodeSettings
 
 OBS = ["You move to the kitchen.", "The door is now open.", "You focus on the orange.", "Nothing happens.",
        "You pick up the thermometer.", "The stove is now activated."]
@@ -58,8 +59,8 @@ def test_single_step_from_an_endpoint(tmp_path):
 
 def test_single_step_from_a_local_checkpoint_with_a_limit(tmp_path, tiny_sdar_dir):
     data = transitions(tmp_path / "wm_test.jsonl")
-    result = wm_fidelity_single_step(data, tmp_path / "out", CheckpointWM(str(tiny_sdar_dir), max_tokens=8,
-                                                                          num_gpus=0, per_batch=2), limit=4)
+    result = wm_fidelity_single_step(data, tmp_path / "out", CheckpointWM(
+        str(tiny_sdar_dir), decode=DecodeSettings(gen_length=8, temperature=0.0), num_gpus=0, per_batch=2), limit=4)
     assert result["rows"] == 4 and result["summary"]["num_samples"] == 4
     out = tmp_path / "out" / "single_step"
     assert len((out / "wm_test_outputs.jsonl").read_text().splitlines()) == 4

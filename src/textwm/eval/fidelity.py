@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import validate_target_row
 from textwm.eval.episodes import fmt
 from textwm.generation.api import ApiGenerationConfig
+from textwm.generation.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +43,19 @@ class FidelityError(RuntimeError):
     """Single-step fidelity cannot be computed (endpoint unreachable, every prediction failed)."""
 
 
+def _greedy_observation() -> DecodeSettings:
+    return DecodeSettings(gen_length=256, temperature=0.0)
+
+
 @dataclass(frozen=True)
 class CheckpointWM:
-    """A local WM checkpoint (AR or SDAR), decoded by :mod:`textwm.generation.runner`."""
+    """A local WM checkpoint (AR, SDAR or WeDLM), decoded by :mod:`textwm.generation.runner`."""
 
     path: str
-    max_tokens: int = 256
-    temperature: float = 0.0
+    decode: DecodeSettings = field(default_factory=_greedy_observation)
     per_batch: int = 8
     #: GPUs (one model copy each); 0, or no CUDA, decodes on the CPU in-process.
     num_gpus: int = 1
-    block_length: int = 4
-    denoising_steps: int = 4
     prompt_truncate: int = 8000
 
 
@@ -72,13 +74,10 @@ def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationCo
 
 def _generate_checkpoint(name: str, data: Path, out: Path, wm: CheckpointWM) -> tuple[int, dict[str, Any]]:
     from textwm.generation.runner import EvalGenerateConfig, run
-    from textwm.generation.settings import DecodeSettings
 
     config = EvalGenerateConfig(model_path=wm.path, data_dir=str(data.parent), datasets=[name], output_dir=str(out),
                                 file_pattern=f"{{name}}{data.suffix}", num_gpus=wm.num_gpus, per_batch=wm.per_batch,
-                                prompt_truncate=wm.prompt_truncate,
-                                decode=DecodeSettings(gen_length=wm.max_tokens, temperature=wm.temperature,
-                                                      block_length=wm.block_length, denoising_steps=wm.denoising_steps))
+                                prompt_truncate=wm.prompt_truncate, decode=wm.decode)
     stats = run(config)
     return stats[name]["errors"], {"kind": "checkpoint", **asdict(wm)}
 

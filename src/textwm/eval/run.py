@@ -255,11 +255,13 @@ def run(config: EvalConfig) -> dict[str, Any]:
 def _single_step_wm(config: EvalConfig) -> Any:
     from textwm.eval import fidelity as fid
     from textwm.generation.api import ApiGenerationConfig
+    from textwm.generation.settings import DecodeSettings
 
     if config.wm_url:
         return ApiGenerationConfig(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
                                    temperature=config.wm_temperature, timeout_s=config.wm_timeout)
-    return fid.CheckpointWM(config.wm_path, max_tokens=config.wm_max_tokens, temperature=config.wm_temperature,
+    return fid.CheckpointWM(config.wm_path, decode=DecodeSettings(gen_length=config.wm_max_tokens,
+                                                                  temperature=config.wm_temperature),
                             per_batch=config.wm_batch_size, num_gpus=config.num_gpus)
 
 
