@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from textwm.data.jsonl import DataError, OnError, atomic_write, dumps_row, iter_jsonl, read_json, write_json
+from textwm.data.jsonl import DataError, OnError, atomic_write, dumps_row, iter_checked, read_json, write_json
 from textwm.data.schema import Row, parse_messages, plain_messages, validate_row
 
 log = logging.getLogger(__name__)
@@ -148,21 +148,11 @@ def convert_file(input_path: str | os.PathLike, output_path: str | os.PathLike, 
         return row
 
     with atomic_write(out) as f:
-        for line_no, value in iter_jsonl(input_path):
-            report.rows_in += 1
-            if not isinstance(value, DataError):
-                try:
-                    value = check(value)
-                except DataError as exc:
-                    value = exc.at(input_path, line_no)
-            if isinstance(value, DataError):
-                if on_error == "fail":
-                    raise value
-                report.skipped.append(value)
-                continue
+        for _, value in iter_checked(input_path, check, on_error=on_error, skipped=report.skipped):
             f.write(dumps_row(convert(value)))
             f.write("\n")
             report.rows_out += 1
+        report.rows_in = report.rows_out + len(report.skipped)
         if report.rows_in == 0:
             raise DataError("file is empty: no JSON rows", path=input_path)
         if report.rows_out == 0:

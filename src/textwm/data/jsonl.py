@@ -134,6 +134,24 @@ def iter_jsonl(path: str | os.PathLike, *, max_row_bytes: int = MAX_ROW_BYTES
                                          path=p, line=line_no)
 
 
+def iter_checked(path: str | os.PathLike, validate: Callable[[Any], Any] | None, *, on_error: OnError = "fail",
+                 skipped: list[DataError], max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, Any]]:
+    """``(line_number, validated row)`` of a JSONL file; a bad row raises (``on_error="fail"``) or is appended to
+    ``skipped`` with its location (``"skip"``)."""
+    for line_no, value in iter_jsonl(path, max_row_bytes=max_row_bytes):
+        if not isinstance(value, DataError) and validate is not None:
+            try:
+                value = validate(value)
+            except DataError as exc:
+                value = exc.at(path, line_no)
+        if isinstance(value, DataError):
+            if on_error == "fail":
+                raise value
+            skipped.append(value)
+            continue
+        yield line_no, value
+
+
 def read_jsonl(path: str | os.PathLike, *, validate: Callable[[Any], Any] | None = None,
                on_error: OnError = "fail", max_row_bytes: int = MAX_ROW_BYTES,
                allow_empty: bool = False) -> ReadReport:
@@ -154,17 +172,8 @@ def read_jsonl(path: str | os.PathLike, *, validate: Callable[[Any], Any] | None
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     report = ReadReport(path=str(path))
-    for line_no, value in iter_jsonl(path, max_row_bytes=max_row_bytes):
-        if not isinstance(value, DataError) and validate is not None:
-            try:
-                value = validate(value)
-            except DataError as exc:
-                value = exc.at(path, line_no)
-        if isinstance(value, DataError):
-            if on_error == "fail":
-                raise value
-            report.skipped.append(value)
-            continue
+    for line_no, value in iter_checked(path, validate, on_error=on_error, skipped=report.skipped,
+                                       max_row_bytes=max_row_bytes):
         report.rows.append(value)
         report.line_numbers.append(line_no)
     report.log_skips()

@@ -32,3 +32,13 @@ class MaskDecoder(Decoder):
             spec.require_diffusion(1)  # raises the explanatory error
         super().__init__(model, spec, pad_token_id=pad_token_id)
         self.mask_id = int(spec.mask_token_id)
+
+
+def grow_kv_buffers(keys: list[torch.Tensor], values: list[torch.Tensor], key_states: torch.Tensor,
+                    value_states: torch.Tensor, layer_idx: int, capacity: int) -> None:
+    """On a layer's first write, preallocate its K/V buffers ``[R, H_kv, capacity, D]`` (shared by the SDAR
+    block cache and the WeDLM ragged cache)."""
+    if layer_idx == len(keys):
+        shape = (*key_states.shape[:2], capacity, key_states.shape[-1])
+        keys.append(key_states.new_empty(shape))
+        values.append(value_states.new_empty((*shape[:3], value_states.shape[-1])))

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from textwm.generation.base import MaskDecoder
+from textwm.generation.base import MaskDecoder, grow_kv_buffers
 from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
 from textwm.generation.settings import DecodeSettings
@@ -60,10 +60,7 @@ class BlockKVCache:
         self.values: list[torch.Tensor] = []
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        if layer_idx == len(self.keys):
-            shape = (*key_states.shape[:2], self.capacity, key_states.shape[-1])
-            self.keys.append(key_states.new_empty(shape))
-            self.values.append(value_states.new_empty((*shape[:3], value_states.shape[-1])))
+        grow_kv_buffers(self.keys, self.values, key_states, value_states, layer_idx, self.capacity)
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
             raise RuntimeError(f"KV cache overflow: {end} > capacity {self.capacity}")

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from textwm.generation.base import MaskDecoder
+from textwm.generation.base import MaskDecoder, grow_kv_buffers
 from textwm.generation.sampling import entropy, sample
 from textwm.generation.sdar import Generation
 from textwm.generation.settings import DecodeSettings
@@ -51,10 +51,7 @@ class RaggedKVCache:
         self.values: list[torch.Tensor] = []
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        if layer_idx == len(self.keys):
-            shape = (*key_states.shape[:2], self.capacity, key_states.shape[-1])
-            self.keys.append(key_states.new_empty(shape))
-            self.values.append(value_states.new_empty((*shape[:3], value_states.shape[-1])))
+        grow_kv_buffers(self.keys, self.values, key_states, value_states, layer_idx, self.capacity)
         width = key_states.shape[-2]
         end = int(self.lengths.max()) + width
         if end > self.capacity:
