@@ -66,13 +66,13 @@ def test_diffusion_steps_reach_the_native_server(stack):
 @pytest.mark.parametrize(("body", "status"), [(b"{oops", 400), (b'{"input": {"state": "s"}}', 422),
                                               (b'{"input": {"state": "s", "action": "a", "max_tokens": 0}}', 422)])
 def test_proxy_rejects_bad_payloads(stack, body, status):
-    r = httpx.post(stack["proxy_url"] + "/", content=body, timeout=30)
+    r = httpx.post(stack["proxy_url"] + "/", content=body, timeout=30, headers={"content-type": "application/json"})
     assert r.status_code == status and r.json()["error"]
 
 
 def test_oversized_max_tokens_is_passed_back_as_4xx(stack):
     r = httpx.post(stack["proxy_url"] + "/", json={"input": {**PAYLOAD["input"], "max_tokens": 5000}}, timeout=30)
-    assert r.status_code == 400 and "max_model_len" in r.json()["error"]
+    assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"]
 
 
 def test_wm_clients(stack):
@@ -89,7 +89,7 @@ def test_upstream_down_then_back_with_another_model(stack):
     stack["server"].stop()
     started = time.monotonic()
     r = httpx.post(stack["proxy_url"] + "/", json=PAYLOAD, timeout=30)
-    assert r.status_code == 502 and "upstream" in r.json()["error"]
+    assert r.status_code == 502 and "upstream" in r.json()["error"]["message"]
     assert time.monotonic() - started < 10
     assert httpx.get(stack["proxy_url"] + "/health").status_code == 503
     with WMClient(stack["proxy_url"] + "/") as wm, pytest.raises(WMUnavailable):

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from tqdm.auto import tqdm
 
-from textwm.clients.retry import TRANSIENT_STATUS, RetryPolicy
+from textwm.clients.retry import TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,10 @@ class ChatResult:
 
 
 class ChatClient:
-    """Async chat-completions client with a connection pool and retries.
+    """Async chat-completions client with a connection pool and retries within one deadline per request.
 
     Use as ``async with ChatClient(url, model=...) as client: await client.complete(messages)``.
+    ``timeout_s`` bounds each request, retries included (:mod:`textwm.clients.retry`).
     """
 
     def __init__(self, api_url: str, *, model: str | None = None, api_key: str | None = None,
@@ -68,6 +69,7 @@ class ChatClient:
         self.url = chat_completions_url(api_url)
         self.model = model
         self.retry = retry
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
@@ -91,23 +93,38 @@ class ChatClient:
         body: dict[str, Any] = {"messages": list(messages), **params}
         if self.model is not None:
             body.setdefault("model", self.model)
-        attempts = self.retry.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        deadline = Deadline(self.timeout_s)
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                resp = await self._http.post(self.url, json=body)
+                resp = await self._http.post(self.url, json=body, timeout=deadline.timeout())
             except httpx.TransportError as exc:  # connect refused, reset, timeout
                 error, status, transport = f"{type(exc).__name__}: {exc or 'no detail'}", None, type(exc).__name__
+                if not retryable_transport(exc):
+                    raise ChatRequestError(f"{error} (no answer within {self.timeout_s:g} s)", attempts=attempt,
+                                           transport=transport) from None
             else:
                 transport = None
                 if resp.status_code == 200:
                     return _parse_choice(resp, attempt)
-                error, status = f"HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code
+                error, status = f"HTTP {resp.status_code}: {error_text(resp)}", resp.status_code
                 if status not in TRANSIENT_STATUS:
                     raise ChatRequestError(error, status=status, attempts=attempt)
-            if attempt < attempts:
-                await asyncio.sleep(self.retry.delay(attempt))
-        raise ChatRequestError(f"{error} (after {attempts} attempts)", status=status, attempts=attempts,
-                               transport=transport)
+            pause = deadline.pause(self.retry.delay(attempt)) if attempt <= self.retry.max_retries else None
+            if pause is None:
+                raise ChatRequestError(f"{error} (after {attempt} attempts)", status=status, attempts=attempt,
+                                       transport=transport)
+            await asyncio.sleep(pause)
+
+
+def error_text(resp: httpx.Response) -> str:
+    """The message of an error answer: ``error.message`` of an OpenAI-style body, else the text (bounded)."""
+    try:
+        err = resp.json()["error"]
+        return str(err["message"] if isinstance(err, dict) else err)[:500]
+    except (ValueError, KeyError, TypeError):
+        return resp.text[:300]
 
 
 def _parse_choice(resp: httpx.Response, attempt: int) -> ChatResult:

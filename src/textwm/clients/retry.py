@@ -1,9 +1,18 @@
-"""Bounded retries with exponential backoff and jitter, shared by every HTTP client."""
+"""Bounded retries with exponential backoff and jitter, within one deadline per request: shared by every client.
+
+A request has one deadline (the client's ``timeout_s``), whatever its retries: each attempt gets the
+time that is left, a pause never runs past it, and a read timeout is not retried (the server may
+still be working on it: a retry would only multiply its load). Retries happen after connection errors
+and transient statuses (5xx, 429, 408) while time is left.
+"""
 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
+
+import httpx
 
 #: HTTP statuses worth retrying: the server is busy, restarting or timed out.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -32,3 +41,32 @@ class RetryPolicy:
         """Sleep before retry number ``attempt`` (1-based)."""
         base = min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
         return base * (0.5 + random.random() / 2)
+
+
+class Deadline:
+    """The time left for one request, across its attempts."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def timeout(self, connect_s: float = 10.0) -> httpx.Timeout:
+        """An httpx timeout for the next attempt: the time left (at least a millisecond)."""
+        left = max(self.remaining(), 0.001)
+        return httpx.Timeout(left, connect=min(connect_s, left))
+
+    def pause(self, seconds: float) -> float | None:
+        """How long to sleep before a retry (never past the deadline); None when no retry fits in the time left."""
+        left = self.remaining()
+        if left <= 0.05:
+            return None
+        return min(seconds, left - 0.05)
+
+
+#: Transport errors after which a retry is worth it: the request did not get an answer because of the
+#: connection, not because the server was slow.
+def retryable_transport(exc: httpx.TransportError) -> bool:
+    return not isinstance(exc, httpx.TimeoutException) or isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))

@@ -1,7 +1,8 @@
 """The world-model client the simulators use: the paper's payload to the WM proxy, an observation back.
 
-Sync (:class:`WMClient`) and async (:class:`AsyncWMClient`) with the same retry policy as the
-OpenAI client (connection errors, timeouts, 5xx). The reply is unwrapped into the observation
+Sync (:class:`WMClient`) and async (:class:`AsyncWMClient`) with the same rules as the OpenAI client:
+one deadline per prediction (``timeout_s``) across its retries, retries after connection errors and
+"busy" answers (429, 503) only, never after a read timeout. The reply is unwrapped into the observation
 text (think blocks and tool_response tags removed, JSON-wrapped replies opened); anything else
 raises a :class:`WMError` subclass that the caller must handle — never an empty observation.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from textwm.clients.retry import RetryPolicy
+from textwm.clients.retry import Deadline, RetryPolicy, retryable_transport
 from textwm.data.text import strip_tags
 
 #: Keys under which some AR world models wrap the observation (``{"observation": "..."}``).
@@ -109,26 +110,39 @@ class _BaseWMClient:
     """What the sync and the async client share: defaults, the request body, the give-up error."""
 
     def __init__(self, endpoint: str, *, retry: RetryPolicy, max_tokens: int, temperature: float,
-                 num_diffusion_steps: int | None):
+                 num_diffusion_steps: int | None, timeout_s: float, api_key: str | None):
         self.endpoint = endpoint
         self.retry = retry
+        self.timeout_s = timeout_s
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
 
     def _body(self, system_prompt: Any, state: Any, action: Any, overrides: dict[str, Any]) -> dict:
         return _payload(system_prompt, state, action, **{**self.defaults, **overrides})
 
-    def _exhausted(self, last: str) -> WMUnavailable:
-        return WMUnavailable(f"world model at {self.endpoint} unavailable after {self.retry.attempts} attempts: {last}")
+    def _exhausted(self, last: str, attempts: int) -> WMUnavailable:
+        return WMUnavailable(f"world model at {self.endpoint} unavailable after {attempts} attempts: {last}")
+
+    def _pause(self, deadline: Deadline, attempt: int, outcome: str | WMResult, exc: Exception | None) -> float:
+        """The pause before the next attempt; raises WMUnavailable when there is none (no retry, no time)."""
+        if exc is not None and not retryable_transport(exc):
+            raise WMUnavailable(f"world model at {self.endpoint} gave no answer within {self.timeout_s:g} s: "
+                                f"{outcome}") from None
+        pause = deadline.pause(self.retry.delay(attempt)) if attempt <= self.retry.max_retries else None
+        if pause is None:
+            raise self._exhausted(str(outcome), attempt)
+        return pause
 
 
 class WMClient(_BaseWMClient):
     """Synchronous WM client (one connection pool per client; safe to share between threads)."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
-                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None):
+                 max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
+                 api_key: str | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
-                         num_diffusion_steps=num_diffusion_steps)
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key)
+        self._http = httpx.Client(headers=self.headers)
 
     def close(self) -> None:
         self._http.close()
@@ -141,17 +155,17 @@ class WMClient(_BaseWMClient):
 
     def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
         """Next observation for (system prompt, state, action). Raises WMUnavailable / WMBadResponse."""
-        body = self._body(system_prompt, state, action, overrides)
-        for attempt in range(1, self.retry.attempts + 1):
+        body, deadline, attempt = self._body(system_prompt, state, action, overrides), Deadline(self.timeout_s), 0
+        while True:
+            attempt += 1
+            failure = None
             try:
-                outcome = _outcome(self._http.post(self.endpoint, json=body))
+                outcome = _outcome(self._http.post(self.endpoint, json=body, timeout=deadline.timeout(5.0)))
             except httpx.TransportError as exc:
-                outcome = _transport_failure(exc)
+                outcome, failure = _transport_failure(exc), exc
             if isinstance(outcome, WMResult):
                 return outcome
-            if attempt < self.retry.attempts:
-                time.sleep(self.retry.delay(attempt))
-        raise self._exhausted(outcome)
+            time.sleep(self._pause(deadline, attempt, outcome, failure))
 
 
 class AsyncWMClient(_BaseWMClient):
@@ -159,11 +173,10 @@ class AsyncWMClient(_BaseWMClient):
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
                  max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
-                 max_connections: int = 64):
+                 max_connections: int = 64, api_key: str | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
-                         num_diffusion_steps=num_diffusion_steps)
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
-                                       limits=httpx.Limits(max_connections=max_connections))
+                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key)
+        self._http = httpx.AsyncClient(headers=self.headers, limits=httpx.Limits(max_connections=max_connections))
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -175,14 +188,14 @@ class AsyncWMClient(_BaseWMClient):
         await self.aclose()
 
     async def predict(self, system_prompt: Any, state: Any, action: Any, **overrides: Any) -> WMResult:
-        body = self._body(system_prompt, state, action, overrides)
-        for attempt in range(1, self.retry.attempts + 1):
+        body, deadline, attempt = self._body(system_prompt, state, action, overrides), Deadline(self.timeout_s), 0
+        while True:
+            attempt += 1
+            failure = None
             try:
-                outcome = _outcome(await self._http.post(self.endpoint, json=body))
+                outcome = _outcome(await self._http.post(self.endpoint, json=body, timeout=deadline.timeout(5.0)))
             except httpx.TransportError as exc:
-                outcome = _transport_failure(exc)
+                outcome, failure = _transport_failure(exc), exc
             if isinstance(outcome, WMResult):
                 return outcome
-            if attempt < self.retry.attempts:
-                await asyncio.sleep(self.retry.delay(attempt))
-        raise self._exhausted(outcome)
+            await asyncio.sleep(self._pause(deadline, attempt, outcome, failure))

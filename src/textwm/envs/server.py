@@ -37,11 +37,23 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from textwm.config import ConfigCLI, option
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.envs.contract import EnvSpec
 from textwm.envs.pool import PoolConfig, WorkerPool
 from textwm.envs.protocol import EnvError
 from textwm.envs.registry import spec_from_cli
+from textwm.web import (
+    BadBody,
+    Guard,
+    ServerSecurity,
+    check_bind,
+    error_response,
+    guard,
+    make_app,
+    read_json_body,
+    render_status_counts,
+    validation_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,25 +119,13 @@ def reset_request_model(spec: EnvSpec) -> type[_ResetBase]:
     return create_model(f"{spec.class_prefix or spec.name}ResetRequest", __base__=_ResetBase, **options)
 
 
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts)
-
-
-def error_body(message: str, kind: str, code: int) -> dict[str, Any]:
-    """OpenAI-style error payload (as the WM server's)."""
-    return {"error": {"message": message, "type": kind, "code": code}}
-
-
 # --- the app ----------------------------------------------------------------------------------------
 
 
-def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any = None) -> FastAPI:
-    """The env server app for ``spec``; starting it starts the worker pool (and waits for it)."""
+def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any = None,
+                   security: ServerSecurity = ServerSecurity(), *, host: str | None = None) -> Guard:
+    """The env server for ``spec`` as an ASGI app behind the shared HTTP layer; starting it starts the worker
+    pool (and waits for it). ``host``: the bind address (for the Host check)."""
     pool = WorkerPool(spec, pool_config, session_config)
     ResetRequest = reset_request_model(spec)
 
@@ -137,32 +137,22 @@ def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any =
         finally:
             await pool.stop()
 
-    app = FastAPI(title=f"textwm {spec.title or spec.name} env server", lifespan=lifespan)
+    app = make_app(f"textwm {spec.title or spec.name} env server", security, lifespan)
     app.state.pool = pool
 
-    def error(status: int, message: str, kind: str) -> JSONResponse:
-        pool.counts[f"http_{status}"] += 1
-        headers = {"Retry-After": "1"} if status == 503 else None
-        return JSONResponse(status_code=status, content=error_body(message, kind, status), headers=headers)
-
-    def env_error(exc: EnvError) -> JSONResponse:
+    def env_error(request: Request, exc: EnvError) -> JSONResponse:
         if exc.status >= 500:
             log.warning("%d %s: %s", exc.status, exc.http_type, exc)
-        return error(exc.status, str(exc), exc.http_type)
+        return error_response(request, exc.status, str(exc), exc.http_type)
 
     async def parse(request: Request, model: type[_Request]) -> Any:
         """The validated body, or the JSONResponse to send back (400 malformed JSON, 422 schema)."""
-        raw = await request.body()
         try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(400, f"malformed JSON body: {exc}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error(400, "the request body must be a JSON object", "invalid_request_error")
-        try:
-            return model.model_validate(body)
+            return model.model_validate(await read_json_body(request))
+        except BadBody as exc:
+            return error_response(request, 400, str(exc), "invalid_request_error")
         except ValidationError as exc:
-            return error(422, _validation_message(exc), "invalid_request_error")
+            return error_response(request, 422, validation_message(exc), "invalid_request_error")
 
     @app.post("/reset")
     async def reset(request: Request):
@@ -174,7 +164,7 @@ def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any =
             reply = await pool.reset(req.task_id, options=options, with_valid_actions=req.with_valid_actions,
                                      session_id=req.session_id)
         except EnvError as exc:
-            return env_error(exc)
+            return env_error(request, exc)
         return JSONResponse(ResetResponse(**reply).model_dump(exclude_none=True))
 
     @app.post("/step")
@@ -185,36 +175,40 @@ def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any =
         try:
             reply = await pool.step(req.session_id, req.action, with_valid_actions=req.with_valid_actions)
         except EnvError as exc:
-            return env_error(exc)
+            return env_error(request, exc)
         return JSONResponse(StepResponse(**reply).model_dump(exclude_none=True))
 
-    async def close(req: CloseRequest | JSONResponse):
+    async def close(request: Request, req: CloseRequest | JSONResponse):
         if isinstance(req, JSONResponse):
             return req
         try:
             await pool.close_session(req.session_id)
         except EnvError as exc:
-            return env_error(exc)
+            return env_error(request, exc)
         return {"session_id": req.session_id, "closed": True}
 
     @app.delete("/session")
     async def close_by_body(request: Request):
-        return await close(await parse(request, CloseRequest))
+        return await close(request, await parse(request, CloseRequest))
 
     @app.delete("/session/{session_id}")
-    async def close_by_path(session_id: str):
-        return await close(CloseRequest(session_id=session_id))
+    async def close_by_path(session_id: str, request: Request):
+        return await close(request, CloseRequest(session_id=session_id))
 
     @app.get("/health")
     async def health():
         body = pool.health()
+        for worker in body["workers"]:
+            worker.pop("pid")  # process ids stay in the log; a client has no use for them
         return JSONResponse(body, status_code=200 if body["workers_alive"] else 503)
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(render_metrics(pool), media_type="text/plain; version=0.0.4")
+        text = render_metrics(pool) + "\n".join(render_status_counts(
+            app.state.guard.statuses, "textwm_env_http_responses_total", f'env="{spec.name}"')) + "\n"
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    return app
+    return guard(app, security, host=host)
 
 
 def render_metrics(pool: WorkerPool) -> str:
@@ -242,6 +236,7 @@ class _ServerOptions:
     port: int = option(DEFAULT_PORT, "port")
     pool: PoolConfig = option(help="workers", default_factory=PoolConfig)
     log_level: str = option("INFO", "log level of the server and its workers", choices=LOG_LEVELS)
+    security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
 
 def server_config_class(spec: EnvSpec) -> type:
@@ -267,6 +262,11 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
     if parsed is None:
         return 2
     config = parsed[0]
+    try:
+        check_bind(config.host, config.security)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     level = getattr(logging, config.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool_config = dataclasses.replace(config.pool, log_level=level)
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
     import uvicorn
 
     log.info("%s env server on %s:%d: %s", spec.name, config.host, config.port, pool_config)
-    app = create_env_app(spec, pool_config, getattr(config, "session", None))
+    app = create_env_app(spec, pool_config, getattr(config, "session", None), config.security, host=config.host)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
     return 0
 

@@ -1,14 +1,17 @@
 """The native OpenAI-compatible server: an app factory over an :class:`~textwm.serving.engine.Engine`.
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
-Errors are OpenAI-style JSON: 400 malformed JSON or an unservable request, 404 unknown model,
-422 schema violations, 503 queue full, 500 decoder failure (the server keeps running).
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``. Every
+request passes the shared HTTP layer first (:mod:`textwm.web`: API key, Host, JSON content type, body
+size, request id). Errors are one JSON shape: 400 malformed JSON or an unservable request, 401 no or
+wrong API key, 404 unknown model, 413 body too large, 415 not JSON, 422 schema violations (unknown
+fields named), 503 queue full, 500 decoder failure or any unexpected fault (with the request id; the
+server keeps running). Tokenising and templating run off the event loop, so ``/health`` answers while
+a request is being prepared.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -17,21 +20,26 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
 from textwm.serving.engine import DecodeFailed, Engine, QueueFull, RequestError, UnknownModel
-from textwm.serving.protocol import ChatCompletionRequest, ModelCard, ModelList, error_body
+from textwm.serving.protocol import ChatCompletionRequest, ModelCard, ModelList
+from textwm.web import (
+    BadBody,
+    Guard,
+    ServerSecurity,
+    error_response,
+    guard,
+    make_app,
+    read_json_body,
+    validation_message,
+)
 
 log = logging.getLogger(__name__)
 
 
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
-    return "; ".join(parts)
+def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, host: str | None = None) -> Guard:
+    """The server as an ASGI app; starting it starts the engine's worker thread, stopping it stops it.
 
-
-def create_app(engine: Engine) -> FastAPI:
-    """The FastAPI app; starting it starts the engine's worker thread, stopping it stops it."""
+    ``host``: the bind address (loopback: Host headers must name loopback; None: not checked).
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -43,39 +51,28 @@ def create_app(engine: Engine) -> FastAPI:
         finally:
             engine.stop()
 
-    app = FastAPI(title="textwm world-model server", lifespan=lifespan)
+    app = make_app("textwm world-model server", security, lifespan)
     metrics = engine.metrics
-
-    def error(status: int, message: str, kind: str) -> JSONResponse:
-        metrics.count_error(status)
-        return JSONResponse(status_code=status, content=error_body(message, kind, status))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         metrics.requests += 1
-        raw = await request.body()
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(400, f"malformed JSON body: {exc}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error(400, "the request body must be a JSON object", "invalid_request_error")
-        try:
-            chat = ChatCompletionRequest.model_validate(body)
+            chat = ChatCompletionRequest.model_validate(await read_json_body(request))
+        except BadBody as exc:
+            return error_response(request, 400, str(exc), "invalid_request_error")
         except ValidationError as exc:
-            return error(422, _validation_message(exc), "invalid_request_error")
+            return error_response(request, 422, validation_message(exc), "invalid_request_error")
         try:
             response = await engine.complete(chat)
         except UnknownModel as exc:
-            return error(404, str(exc), "model_not_found")
+            return error_response(request, 404, str(exc), "model_not_found")
         except RequestError as exc:
-            return error(400, str(exc), "invalid_request_error")
+            return error_response(request, 400, str(exc), "invalid_request_error")
         except QueueFull as exc:
-            metrics.count_error(503)
-            return JSONResponse(status_code=503, content=error_body(str(exc), "server_busy", 503),
-                                headers={"Retry-After": "1"})
+            return error_response(request, 503, str(exc), "server_busy")
         except DecodeFailed as exc:
-            return error(500, f"decoding failed: {exc}", "server_error")
+            return error_response(request, 500, f"decoding failed: {exc}", "server_error")
         return JSONResponse(response.model_dump())
 
     @app.get("/v1/models")
@@ -91,6 +88,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> str:
-        return metrics.render(queue_depth=engine.queue_depth, model=engine.config.served_model_name)
+        return metrics.render(queue_depth=engine.queue_depth, model=engine.config.served_model_name,
+                              statuses=app.state.guard.statuses)
 
-    return app
+    return guard(app, security, host=host)

@@ -14,10 +14,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigCLI, config_dict, option
+from textwm.config import ConfigCLI, ConfigError, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BACKENDS, BackendSpec, server_decode_defaults
 from textwm.serving.proxy import ProxyConfig
+from textwm.web import ServerSecurity, check_bind
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class ServerConfig:
     mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
     decode: DecodeSettings = option(help="decoding defaults (requests may override them)",
                                     default_factory=server_decode_defaults, rename={"gen_length": "max_tokens"})
+    allow_client_chat_template: bool = option(False, "accept a chat_template in chat_template_kwargs (rendered in "
+                                                     "a sandboxed process with time and size limits)")
+    security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
 
 @dataclass
@@ -60,6 +64,7 @@ class ProxyServeConfig:
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(30000, "port", env="WM_PORT")
     proxy: ProxyConfig = option(help="upstream", default_factory=lambda: ProxyConfig(upstream=_default_upstream()))
+    security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
 
 @dataclass
@@ -79,6 +84,11 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     if parsed is None:
         return 2
     config = parsed[0]
+    try:
+        check_bind(config.host, config.security)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     _logging()
 
     import uvicorn
@@ -93,13 +103,15 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
         engine_config = EngineConfig(
             served_model_name=config.served_model_name or Path(config.model_path.rstrip("/")).name,
             defaults=config.decode, max_batch_size=config.max_batch_size, max_queue=config.max_queue,
-            batch_wait_ms=config.batch_wait_ms, max_model_len=config.max_model_len)
+            batch_wait_ms=config.batch_wait_ms, max_model_len=config.max_model_len,
+            allow_client_chat_template=config.allow_client_chat_template)
         engine = Engine(loaded, engine_config)
     except (CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log.info("engine: %s", config_dict(engine_config))
-    uvicorn.run(create_app(engine), host=config.host, port=config.port, log_level="warning")
+    uvicorn.run(create_app(engine, config.security, host=config.host), host=config.host, port=config.port,
+                log_level="warning")
     return 0
 
 
@@ -108,6 +120,11 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
     if parsed is None:
         return 2
     config = parsed[0]
+    try:
+        check_bind(config.host, config.security)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     _logging()
 
     import uvicorn
@@ -115,7 +132,8 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
     from textwm.serving.proxy import create_proxy_app
 
     log.info("WM proxy on %s:%d -> %s", config.host, config.port, config.proxy.upstream)
-    uvicorn.run(create_proxy_app(config.proxy), host=config.host, port=config.port, log_level="warning")
+    uvicorn.run(create_proxy_app(config.proxy, config.security, host=config.host), host=config.host,
+                port=config.port, log_level="warning")
     return 0
 
 

@@ -30,6 +30,7 @@ from textwm.serving.protocol import (
     ChatCompletionResponse,
     Usage,
 )
+from textwm.serving.templates import TemplateError, TemplateSandbox, check_template_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class DecodeFailed(RuntimeError):
     """The decoder raised while serving this request's batch (HTTP 500)."""
 
 
+#: A prompt of more characters than this many per token of max_model_len is refused before tokenising.
+MAX_CHARS_PER_TOKEN = 16
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     served_model_name: str
@@ -59,6 +64,8 @@ class EngineConfig:
     batch_wait_ms: float = 5.0
     #: Prompt + max_tokens must fit in this many tokens.
     max_model_len: int = 8192
+    #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
+    allow_client_chat_template: bool = False
 
 
 @dataclass
@@ -92,6 +99,7 @@ class Engine:
         self._held: deque[_Work] = deque()  # taken from the queue but not batchable with the last batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._templates: TemplateSandbox | None = None
         if self.family == "sdar":
             loaded.spec.require_diffusion(config.defaults.block_length)
 
@@ -105,6 +113,8 @@ class Engine:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._templates is not None:
+            self._templates.close()
 
     @property
     def queue_depth(self) -> int:
@@ -135,10 +145,29 @@ class Engine:
         return settings, max_tokens
 
     def encode(self, request: ChatCompletionRequest) -> list[int]:
-        kwargs = dict(request.chat_template_kwargs or {})
-        text = self.tokenizer.apply_chat_template([m.model_dump() for m in request.messages], tokenize=False,
-                                                  add_generation_prompt=True, **kwargs)
+        """The prompt's token ids (CPU work: called off the event loop). RequestError for a bad template use."""
+        messages = [m.model_dump() for m in request.messages]
+        chars = sum(len(m["content"]) for m in messages)
+        if chars > self.config.max_model_len * MAX_CHARS_PER_TOKEN:
+            raise RequestError(f"messages of {chars} characters cannot fit the server's max_model_len "
+                               f"{self.config.max_model_len} tokens")
+        try:
+            variables = check_template_kwargs(dict(request.chat_template_kwargs or {}),
+                                              allow_template=self.config.allow_client_chat_template)
+            template = (request.chat_template_kwargs or {}).get("chat_template")
+            if template is not None:
+                text = self._sandbox().render(template, messages, variables)
+            else:
+                text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                          **variables)
+        except TemplateError as exc:
+            raise RequestError(str(exc)) from None
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _sandbox(self) -> TemplateSandbox:
+        if self._templates is None:
+            self._templates = TemplateSandbox()
+        return self._templates
 
     async def complete(self, request: ChatCompletionRequest) -> ChatCompletionResponse:
         """Serve one chat completion (raises the exceptions above for the HTTP layer to map)."""
@@ -146,7 +175,7 @@ class Engine:
             raise UnknownModel(f"model {request.model!r} is not served here; this server serves "
                                f"{self.config.served_model_name!r} (see /v1/models)")
         settings, max_tokens = self.settings_for(request)
-        prompt = self.encode(request)
+        prompt = await asyncio.to_thread(self.encode, request)  # tokenising and templating: off the event loop
         if len(prompt) + max_tokens > self.config.max_model_len:
             raise RequestError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the server's "
                                f"max_model_len {self.config.max_model_len}")
@@ -158,13 +187,16 @@ class Engine:
         except queue.Full:
             raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
         generations: list[Generation] = await work.future
-        return self._response(request, prompt, generations)
+        return self._response(request, prompt, generations, max_tokens)
 
-    def _response(self, request: ChatCompletionRequest, prompt: list[int],
-                  generations: list[Generation]) -> ChatCompletionResponse:
+    def _response(self, request: ChatCompletionRequest, prompt: list[int], generations: list[Generation],
+                  max_tokens: int) -> ChatCompletionResponse:
         stops = request.stop_strings()
         choices = []
         for i, g in enumerate(generations):
+            if len(g.token_ids) > max_tokens:  # block decoders fill whole blocks: max_tokens is an exact cap
+                g = dataclasses.replace(g, token_ids=g.token_ids[:max_tokens], finish_reason="length")
+                generations[i] = g
             text = self.tokenizer.decode(g.token_ids, skip_special_tokens=True)
             text, hit = _stop_at(text, stops)
             reason = "stop" if hit or g.finish_reason == "stop" else "length"

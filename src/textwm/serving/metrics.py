@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 #: Window of the tokens/s gauge.
@@ -14,7 +15,6 @@ RATE_WINDOW_S = 30.0
 @dataclass
 class ServerMetrics:
     requests: int = 0
-    request_errors: dict[str, int] = field(default_factory=dict)
     batches: int = 0
     batch_rows: int = 0
     failed_requests: int = 0
@@ -22,11 +22,6 @@ class ServerMetrics:
     decode_seconds: float = 0.0
     _recent: deque = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count_error(self, status: int) -> None:
-        with self._lock:
-            key = str(status)
-            self.request_errors[key] = self.request_errors.get(key, 0) + 1
 
     def record_batch(self, rows: int, tokens: int, seconds: float, *, failed: int = 0) -> None:
         now = time.monotonic()
@@ -47,7 +42,8 @@ class ServerMetrics:
             span = max(time.monotonic() - self._recent[0][0], 1.0)
             return sum(t for _, t in self._recent) / span
 
-    def render(self, *, queue_depth: int, model: str) -> str:
+    def render(self, *, queue_depth: int, model: str, statuses: Mapping[int, int]) -> str:
+        """The counters; ``statuses``: responses by HTTP status (the server's Guard counts every one)."""
         label = f'model="{model}"'
         lines = [
             "# HELP textwm_requests_total Chat completion requests received.",
@@ -56,7 +52,8 @@ class ServerMetrics:
             "# HELP textwm_request_errors_total Requests answered with an error status.",
             "# TYPE textwm_request_errors_total counter",
         ]
-        lines += [f'textwm_request_errors_total{{{label},status="{s}"}} {n}' for s, n in sorted(self.request_errors.items())]
+        lines += [f'textwm_request_errors_total{{{label},status="{s}"}} {n}' for s, n in sorted(statuses.items())
+                  if s >= 400]
         lines += [
             "# HELP textwm_queue_depth Requests waiting for the decoder.",
             "# TYPE textwm_queue_depth gauge",

@@ -1,8 +1,9 @@
 """Wire formats: the OpenAI chat-completions subset the native server speaks, and the WM proxy payload.
 
-Pydantic models validate every request; unknown request fields are ignored (OpenAI clients send
-many), but fields whose *meaning* the server cannot honour (``stream``, ``logprobs``, ``tools``)
-are rejected with a message instead of being silently dropped.
+Pydantic models validate every request. A field the server does not know is a 422 naming it, and
+fields whose *meaning* it cannot honour (``stream``, ``logprobs``, ``tools``) are refused with a
+message: nothing a client sends is silently dropped. ``denoising_steps`` (the server's own flag
+name) is honoured as ``num_diffusion_steps``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(BaseModel):
     """``POST /v1/chat/completions``. Diffusion fields extend the OpenAI request (lmdeploy has none)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=512)
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -43,12 +44,13 @@ class ChatCompletionRequest(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     n: int = Field(default=1, ge=1, le=16)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     chat_template_kwargs: dict[str, Any] | None = None
     # Block-diffusion settings per request (default: the server's flags).
     num_diffusion_steps: int | None = Field(default=None, ge=1)
+    denoising_steps: int | None = Field(default=None, ge=1, description="the same as num_diffusion_steps")
     block_length: int | None = Field(default=None, ge=1)
     confidence_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     remasking_strategy: str | None = None
@@ -68,6 +70,10 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("logprobs are not supported by this server")
         if self.tools:
             raise ValueError("tools are not supported by this server")
+        if self.denoising_steps is not None:
+            if self.num_diffusion_steps not in (None, self.denoising_steps):
+                raise ValueError("denoising_steps and num_diffusion_steps disagree; send one")
+            self.num_diffusion_steps = self.denoising_steps
         return self
 
     def stop_strings(self) -> list[str]:
@@ -119,18 +125,13 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-def error_body(message: str, kind: str = "invalid_request_error", code: int | None = None) -> dict[str, Any]:
-    """OpenAI-style error payload."""
-    return {"error": {"message": message, "type": kind, "code": code}}
-
-
 # --- the WM proxy payload (the paper's format) -------------------------------------------------
 
 
 class WMInput(BaseModel):
     """``{"input": {system_prompt, state, action, max_tokens, ...}}`` (or the object without ``input``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     system_prompt: Any = None
     state: Any
@@ -139,6 +140,7 @@ class WMInput(BaseModel):
     num_diffusion_steps: int | None = Field(default=None, ge=1)
     diffusion_steps: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
 
     @model_validator(mode="before")

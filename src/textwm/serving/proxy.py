@@ -9,29 +9,42 @@ sends upstream the chat request the paper's proxy builds: a system message (if a
 with another checkpoint) or was unreachable. Diffusion fields are forwarded only to the native
 server (lmdeploy takes them per server, vLLM has none).
 
-Success: ``200 {"generated_text", "usage"}``. Failure: a non-2xx status with ``{"error": ...}``
-(502 upstream unreachable or failing, 504 upstream timeout, the upstream's 4xx passed through);
-never an empty text presented as success.
+Success: ``200 {"generated_text", "usage"}``. Failure: a non-2xx status with the shared error body
+(:mod:`textwm.web`: 400 bad JSON, 422 a field it does not know or a bad value, 502 upstream
+unreachable or failing, 504 no answer within ``--timeout``, the upstream's 4xx passed through); never
+an empty text presented as success. ``--timeout`` bounds the whole request, retries included
+(retries only after connection errors and 5xx). ``--upstream-api-key`` is sent upstream; the proxy's
+own ``--api-key`` guards it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
 from textwm.clients.openai import ChatClient, ChatRequestError, models_url
 from textwm.clients.retry import RetryPolicy
 from textwm.config import option
 from textwm.serving.protocol import WMInput
+from textwm.web import (
+    BadBody,
+    Guard,
+    ServerSecurity,
+    error_response,
+    guard,
+    make_app,
+    read_json_body,
+    render_status_counts,
+    validation_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +60,13 @@ class ProxyConfig:
     upstream: str = option("http://127.0.0.1:30001", "the world-model server (OpenAI-compatible)")
     upstream_kind: str = option("auto", "auto: read it from the upstream's /v1/models (owned_by)",
                                 choices=UPSTREAM_KINDS)
-    timeout_s: float = option(120.0, "seconds per upstream request", flag="--timeout")
+    timeout_s: float = option(120.0, "seconds a request may take upstream, retries included", flag="--timeout")
     retry: RetryPolicy = option(help="upstream retries",
                                 default_factory=lambda: RetryPolicy(max_retries=3, backoff_s=0.25, max_backoff_s=4.0))
     max_connections: int = option(256, "connections to the upstream at most")
     repetition_penalty: float | None = option(None, "sent when a request has none (the paper's proxy used 1.3)")
+    upstream_api_key: str = option("", "bearer token sent to the upstream server", env="TEXTWM_UPSTREAM_API_KEY",
+                                   secret=True)
 
     def __post_init__(self) -> None:
         if self.upstream_kind not in UPSTREAM_KINDS:
@@ -75,7 +90,8 @@ class Upstream:
         self.kind: str | None = None if config.upstream_kind == "auto" else config.upstream_kind
         self._lock = asyncio.Lock()
         self._client = ChatClient(config.upstream, timeout_s=config.timeout_s, retry=config.retry,
-                                  max_connections=config.max_connections)
+                                  max_connections=config.max_connections, api_key=config.upstream_api_key or None)
+        self._headers = {"Authorization": f"Bearer {config.upstream_api_key}"} if config.upstream_api_key else {}
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -83,7 +99,7 @@ class Upstream:
     async def describe(self, timeout_s: float = 5.0) -> dict:
         """``GET /v1/models`` of the upstream -> its first model card (raises ProxyError 502)."""
         try:
-            async with httpx.AsyncClient(timeout=timeout_s) as http:
+            async with httpx.AsyncClient(timeout=timeout_s, headers=self._headers) as http:
                 resp = await http.get(models_url(self.config.upstream))
             card = resp.json()["data"][0]
             return {"id": str(card["id"]), "owned_by": card.get("owned_by")}
@@ -105,6 +121,8 @@ class Upstream:
     def payload(self, wm: WMInput) -> dict:
         body = {"messages": wm.messages(), "max_tokens": wm.max_tokens, "temperature": wm.temperature,
                 "chat_template_kwargs": {"enable_thinking": False}}
+        if wm.top_p is not None:
+            body["top_p"] = wm.top_p
         penalty = wm.repetition_penalty if wm.repetition_penalty is not None else self.config.repetition_penalty
         if penalty is not None:
             body["repetition_penalty"] = penalty
@@ -131,7 +149,9 @@ class Upstream:
         raise ProxyError(502, "upstream kept rejecting the model id")  # pragma: no cover
 
 
-def create_proxy_app(config: ProxyConfig) -> FastAPI:
+def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecurity(), *,
+                     host: str | None = None) -> Guard:
+    """The proxy as an ASGI app behind the shared HTTP layer (``host``: the bind address, for the Host check)."""
     upstream = Upstream(config)
 
     @contextlib.asynccontextmanager
@@ -141,37 +161,42 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
         finally:
             await upstream.aclose()
 
-    app = FastAPI(title="textwm WM proxy", lifespan=lifespan)
+    app = make_app("textwm WM proxy", security, lifespan)
     app.state.upstream = upstream
 
     @app.post("/")
     async def predict(request: Request):
         try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return JSONResponse(status_code=400, content={"error": f"malformed JSON body: {exc}"})
-        if not isinstance(body, dict):
-            return JSONResponse(status_code=400, content={"error": "the body must be a JSON object"})
-        raw = body.get("input", body)
+            body = await read_json_body(request)
+        except BadBody as exc:
+            return error_response(request, 400, str(exc), "invalid_request_error")
+        if "input" in body and set(body) != {"input"}:
+            return error_response(request, 422, f"unknown field(s) beside input: {', '.join(sorted(set(body) - {'input'}))}",
+                                  "invalid_request_error")
         try:
-            wm = WMInput.model_validate(raw)
+            wm = WMInput.model_validate(body.get("input", body))
         except ValidationError as exc:
-            msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
-            return JSONResponse(status_code=422, content={"error": msg})
+            return error_response(request, 422, validation_message(exc), "invalid_request_error")
         try:
             return JSONResponse(await upstream.generate(wm))  # direct: skips FastAPI's jsonable_encoder pass
         except ProxyError as exc:
             log.warning("request failed (%d): %s", exc.status, exc)
-            return JSONResponse(status_code=exc.status, content={"error": str(exc)})
+            return error_response(request, exc.status, str(exc),
+                                  "upstream_error" if exc.status >= 500 else "invalid_request_error")
 
     @app.get("/health")
     async def health():
         try:
             card = await upstream.describe(timeout_s=3.0)
         except ProxyError as exc:
-            return JSONResponse(status_code=503, content={"status": "upstream_unreachable", "error": str(exc),
+            return JSONResponse(status_code=503, content={"status": "upstream_unreachable", "error": str(exc)[:300],
                                                           "upstream": config.upstream})
         return {"status": "ok", "upstream": config.upstream, "model": card["id"],
                 "kind": upstream.kind or _OWNER_KINDS.get(str(card["owned_by"]), "vllm")}
 
-    return app
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> str:
+        return "\n".join(render_status_counts(app.state.guard.statuses, "textwm_proxy_responses_total",
+                                               f'upstream="{config.upstream}"')) + "\n"
+
+    return guard(app, security, host=host)

@@ -104,7 +104,7 @@ def test_bad_steps(client):
     assert r.status_code == 404 and "unknown session 'nope'" in error_of(r)
     r = client.post("/step", json={"session_id": "nope", "action": ["look", "around"]})
     assert r.status_code == 422 and "action must be a string, got list" in error_of(r)
-    r = client.post("/step", content=b'{"session_id": ')
+    r = client.post("/step", content=b'{"session_id": ', headers={"content-type": "application/json"})
     assert r.status_code == 400 and "malformed JSON" in error_of(r)
 
 

@@ -7,6 +7,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,11 +40,32 @@ def start_server(run_dir, name, *flags):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server_proc(tmp_path_factory):
     proc, url = start_server(tmp_path_factory.mktemp("envsrv"), "sciworld_env", "--workers", "2",
                              "--max-sessions-per-worker", "5")
-    yield url
+    yield proc, url
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(server_proc):
+    return server_proc[1]
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The server's worker processes in start order (= worker index); the HTTP /health shows no pids."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_text()
+        except OSError:
+            continue
+        if int(stat[1]) == server_pid and "multiprocessing" in cmdline and "resource_tracker" not in cmdline:
+            children.append((int(stat[19]), int(entry)))
+    return [pid for _, pid in sorted(children)]
 
 
 def play(url: str, task_id: str) -> list[str]:
@@ -61,15 +83,17 @@ def test_eight_parallel_sessions(server):
     assert httpx.get(server + "/health").json()["sessions"] == 0
 
 
-def test_killed_worker_is_reported_and_replaced(server):
+def test_killed_worker_is_reported_and_replaced(server_proc):
+    proc, server = server_proc
     a, b = EnvClient(server), EnvClient(server)
     a.reset("boil_v0")
     b.reset("melt_v0")
-    workers = {w["index"]: w for w in httpx.get(server + "/health").json()["workers"]}
+    pids = worker_pids(proc.pid())
+    assert len(pids) == 2 and all("pid" not in w for w in httpx.get(server + "/health").json()["workers"])
     a_worker = a.reset("boil_v0").info["worker"]
     b_worker = b.reset("melt_v0").info["worker"]
     assert a_worker != b_worker                              # least-loaded routing spreads the two sessions
-    os.kill(workers[a_worker]["pid"], signal.SIGKILL)
+    os.kill(pids[a_worker], signal.SIGKILL)
 
     started = time.monotonic()
     with pytest.raises(EnvError, match=r"was lost: worker \d \(pid \d+\) died \(killed by SIGKILL\)") as info:
@@ -86,7 +110,7 @@ def test_killed_worker_is_reported_and_replaced(server):
             break
         time.sleep(0.5)
     assert health["status"] == "ok" and health["workers_alive"] == 2, health
-    assert {w["index"]: w for w in health["workers"]}[a_worker]["pid"] != workers[a_worker]["pid"]
+    assert pids[a_worker] not in worker_pids(proc.pid())
     assert "hallway" in a.reset("boil_v0").observation      # a new session (the old one is gone)
     a.close()
     b.close()

@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import re
+import sys
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -104,10 +106,40 @@ def check_task(ref: TaskRef) -> None:
         raise BadRequest(f"{ref.task} has variations 0..{max(variations)}; got {ref.variation}")
 
 
+_LAUNCH_LOCK = threading.Lock()
+
+
 def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
-    """A ScienceWorld env in its own JVM (with the memory-lean JVM options unless set by the user)."""
+    """A ScienceWorld env in its own JVM (with the memory-lean JVM options unless set by the user).
+
+    The JVM's py4j gateway is started with an auth token (``launch_gateway(enable_auth=True)``), so no
+    other local process can drive it. ScienceWorld builds its gateway inside its constructor, so the three
+    py4j names it uses are swapped for token-carrying ones while it runs (under a lock).
+    """
     os.environ.setdefault("JAVA_TOOL_OPTIONS", JAVA_OPTIONS)
-    return _scienceworld().ScienceWorldEnv("", envStepLimit=step_limit)
+    sw = _scienceworld()
+    from py4j import java_gateway as jg
+
+    module = sys.modules[sw.ScienceWorldEnv.__module__]
+    token: dict[str, str] = {}
+
+    def launch_gateway(**kwargs: Any) -> tuple[int, Any]:
+        port, token["auth"], proc = jg.launch_gateway(enable_auth=True, **kwargs)
+        return port, proc
+
+    replacements = {"launch_gateway": launch_gateway,
+                    "GatewayParameters": lambda **kw: jg.GatewayParameters(auth_token=token["auth"], **kw),
+                    "CallbackServerParameters": lambda **kw: jg.CallbackServerParameters(auth_token=token["auth"],
+                                                                                         **kw)}
+    with _LAUNCH_LOCK:
+        originals = {name: getattr(module, name) for name in replacements}
+        try:
+            for name, value in replacements.items():
+                setattr(module, name, value)
+            return sw.ScienceWorldEnv("", envStepLimit=step_limit)
+        finally:
+            for name, value in originals.items():
+                setattr(module, name, value)
 
 
 @dataclass(frozen=True)
@@ -129,6 +161,13 @@ def _py4j_error() -> type[BaseException]:
     from py4j.protocol import Py4JError
 
     return Py4JError
+
+
+def _java_error() -> type[BaseException]:
+    """An exception thrown inside the JVM (the JVM is alive): the input's fault, not a lost env."""
+    from py4j.protocol import Py4JJavaError
+
+    return Py4JJavaError
 
 
 class SciWorldEnv:
@@ -174,6 +213,9 @@ class SciWorldEnv:
             score = round(100 * server.getScore())
             moves = self._env.get_num_moves()
             completed = bool(server.getCompleted())
+        except _java_error() as exc:  # ScienceWorld threw on this action; the session goes on
+            raise BadRequest(f"ScienceWorld could not take the action {action[:80]!r}: "
+                             f"{str(exc.java_exception)[:200]}") from None
         except _py4j_error() as exc:
             raise EnvFailed(f"{type(exc).__name__}: {exc}") from exc
         done = completed or moves > self.step_limit or score < 0
