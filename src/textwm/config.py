@@ -450,6 +450,7 @@ class ConfigCLI:
 
     def parse(self, argv: Sequence[str] | None = None) -> tuple[Any, argparse.Namespace]:
         """The config and the non-config arguments. Raises ConfigError (argparse itself exits 2 on bad syntax)."""
+        exit_on_sigterm()
         argv, overrides = self._split_overrides(list(sys.argv[1:] if argv is None else argv))
         args = self.parser.parse_intermixed_args(argv)
         resolver = _Resolver(self.cls, self.ignored_keys)
@@ -534,3 +535,46 @@ def save_yaml(config: Any, path: str | os.PathLike, header: str = "") -> None:
         if header:
             f.write(f"# {header}\n")
         yaml.safe_dump(config_dict(config), f, sort_keys=False)
+
+
+# --- what every command line checks before its work -----------------------------------------------------
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit`` (in the main thread), so that an interrupted atomic write removes its
+    temporary file as it does on Ctrl-C (:func:`textwm.data.jsonl.atomic_write`)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def check_output_dir(path: str | os.PathLike, key: str) -> Path:
+    """``path`` as a folder this process can write (it or its nearest existing parent writable; nothing is
+    created); ConfigError naming ``key`` otherwise. Called by every entry point before its work, so a bad
+    output path fails in a second, not after hours."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{path} is a file, not a folder", key=key)
+    existing = p
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{path} cannot be created: {existing} is a file", key=key)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write into {path}: {existing} is not writable", key=key)
+    return p
+
+
+def check_output_file(path: str | os.PathLike, key: str) -> Path:
+    """``path`` as a file this process can write (its folder checked by :func:`check_output_dir`)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{path} is a folder, not a file", key=key)
+    check_output_dir(p.parent if str(p.parent) else ".", key)
+    return p

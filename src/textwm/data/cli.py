@@ -39,14 +39,17 @@ def convert_main(argv: list[str] | None = None, *, default_format: str, prog: st
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
+    from textwm.config import ConfigError, check_output_file, exit_on_sigterm
     from textwm.data.converters import convert_file
     from textwm.data.jsonl import DataError
 
+    exit_on_sigterm()
     try:
+        check_output_file(args.output, "--output")
         report = convert_file(args.input, args.output, fmt=args.format, passthrough=args.passthrough,
                               on_error=args.on_error, require_target=not args.allow_no_target,
                               dataset_name=args.dataset_name)
-    except DataError as exc:
+    except (DataError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(report.summary())

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from textwm.config import config_dict, option
+from textwm.config import check_output_dir, config_dict, option
 from textwm.data.jsonl import atomic_write, write_json, write_jsonl
 from textwm.envs.contract import EnvSpec
 from textwm.envs.registry import get_env, spec_from_cli
@@ -137,6 +137,7 @@ def build(env: str | EnvSpec, config: BuildConfig) -> BuildReport:
     builder: DatasetBuilder | None = spec.dataset_builder()
     if builder is None:
         raise ValueError(f"env {spec.name!r} has no dataset builder")
+    check_output_dir(config.out_dir, "--out-dir")
     jobs = builder.plan(config)
     started = time.perf_counter()
     results: list[JobResult] = []

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from textwm.clients.retry import TRANSIENT_STATUS, RetryPolicy
+from textwm.clients.retry import TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
 from textwm.envs.protocol import EnvError, ResetResult, StepResult
 
 log = logging.getLogger(__name__)
@@ -45,21 +45,24 @@ class EnvClient:
 
     Args:
         base_url: the server, e.g. ``http://127.0.0.1:30003``.
-        timeout_s: seconds per HTTP request (a reset may start an env process: allow several seconds).
+        timeout_s: seconds a request may take, retries included (a reset may start an env process: allow
+            several seconds); a read timeout is not retried.
         retry: retries on connection errors and 5xx (see the module docstring).
         options: reset options sent with every reset unless a reset names its own (ScienceWorld:
             ``{"simplification": "easy"}``; none: the server's defaults).
         http: an ``httpx.Client`` to use instead of a new one (tests pass FastAPI's TestClient).
+        api_key: bearer token of a server started with ``--api-key``.
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, *, timeout_s: float = 60.0, retry: RetryPolicy = RetryPolicy(),
-                 options: dict[str, Any] | None = None, http: httpx.Client | None = None):
+                 options: dict[str, Any] | None = None, http: httpx.Client | None = None, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.retry = retry
+        self.timeout_s = timeout_s
         self.options = dict(options or {})
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client(
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)))
+        self._http = http if http is not None else httpx.Client()
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session_id: str | None = None
 
     def __enter__(self) -> EnvClient:
@@ -129,27 +132,31 @@ class EnvClient:
                  replayable: bool = True) -> dict[str, Any]:
         """One request with retries; ``replayable=False``: retry only what cannot have reached the env."""
         url = self.base_url + path
-        attempts = self.retry.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        deadline = Deadline(self.timeout_s)
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                resp = self._http.request(method, url, json=body)
+                # A client of our own gets the deadline; one passed in (a test's TestClient) keeps its settings.
+                limit = {"timeout": deadline.timeout(5.0)} if self._owns_http else {}
+                resp = self._http.request(method, url, json=body, headers=self._headers, **limit)
             except httpx.TransportError as exc:
                 error = EnvServerError(f"env server at {self.base_url} unreachable: {type(exc).__name__}: "
                                        f"{exc or 'no detail'}", attempts=attempt)
-                retry = replayable or isinstance(exc, _NOT_SENT)
+                retry = (replayable or isinstance(exc, _NOT_SENT)) and retryable_transport(exc)
             else:
                 if resp.status_code == 200:
                     return resp.json()
                 error = _server_error(resp, attempt)
                 retry = (resp.status_code in TRANSIENT_STATUS and resp.status_code >= 500
                          and error.kind != "session_lost" and (replayable or resp.status_code == 503))
-            if not retry or attempt == attempts:
+            pause = deadline.pause(self.retry.delay(attempt)) if retry and attempt <= self.retry.max_retries else None
+            if pause is None:
                 if attempt > 1:
                     error.args = (f"{error} (after {attempt} attempts)",)
                 raise error
-            log.warning("%s %s failed (%s); retry %d/%d", method, path, error, attempt, attempts - 1)
-            time.sleep(self.retry.delay(attempt))
-        raise AssertionError("unreachable")
+            log.warning("%s %s failed (%s); retry %d/%d", method, path, error, attempt, self.retry.max_retries)
+            time.sleep(pause)
 
 
 def _server_error(resp: httpx.Response, attempt: int) -> EnvServerError:

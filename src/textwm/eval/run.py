@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigCLI, ConfigError, config_dict, option
+from textwm.config import ConfigCLI, ConfigError, check_output_dir, config_dict, option
 from textwm.envs.registry import env_names, get_env
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ class EvalConfig:
     device: str = option("auto", "local agent device: auto, cpu, cuda, cuda:1, ...")
     seed: int = option(0, "local agent sampling seed")
     wm_endpoint: str = option("", "WM proxy for the agent-in-WM episodes", env="WM_ENDPOINT")
+    wm_api_key: str = option("", "bearer token of the WM proxy and of --wm-url, when they have one", env="WM_API_KEY",
+                             secret=True)
     wm_guard: str = option("", "1: local responder first, 0: every step to the WM (default: $<ENV>_WM_GUARD or 1)")
     wm_concurrency: int = option(8, "simulated episodes in flight (agent batch size and concurrent WM requests)")
     wm_max_tokens: int = option(256, "WM tokens per observation at most")
@@ -169,7 +171,7 @@ def check_wm_endpoint(endpoint: str, timeout_s: float = 10.0) -> None:
 
     url = httpx.URL(endpoint).join("/health")
     try:
-        resp = httpx.get(url, timeout=timeout_s)
+        resp = httpx.get(url, timeout=timeout_s)  # /health needs no API key
     except httpx.HTTPError as exc:
         raise EvalInputError(f"the WM proxy at {endpoint} is not reachable ({type(exc).__name__}: {exc}); start it "
                              "(scripts/wm_stack.py start) or fix --wm-endpoint") from None
@@ -195,7 +197,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
     from textwm.eval import fidelity as fid
 
     spec = get_env(config.env)
-    out = Path(config.output_dir)
+    out = check_output_dir(config.output_dir, "--output-dir")
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "eval_config.json", config_dict(config))
     results: dict[str, Any] = {"mode": config.mode, "env": spec.name}
@@ -206,7 +208,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if in_wm:
         check_wm_endpoint(config.wm_endpoint)
         wm_client = WMClient(config.wm_endpoint, timeout_s=config.wm_timeout, max_tokens=config.wm_max_tokens,
-                             temperature=config.wm_temperature)
+                             temperature=config.wm_temperature, api_key=config.wm_api_key or None)
     agent = make_agent(config) if config.needs_agent else None
     pool = BlockingPool(spec, config.workers).launch() if in_real else None  # envs warm up during the WM episodes
     try:
@@ -259,7 +261,8 @@ def _single_step_wm(config: EvalConfig) -> Any:
 
     if config.wm_url:
         return ApiGenerationConfig(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
-                                   temperature=config.wm_temperature, timeout_s=config.wm_timeout)
+                                   temperature=config.wm_temperature, timeout_s=config.wm_timeout,
+                                   api_key=config.wm_api_key or None)
     return fid.CheckpointWM(config.wm_path, decode=DecodeSettings(gen_length=config.wm_max_tokens,
                                                                   temperature=config.wm_temperature),
                             per_batch=config.wm_batch_size, num_gpus=config.num_gpus)
@@ -313,7 +316,8 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     from textwm.eval.closed_loop import EvalInputError
     from textwm.eval.fidelity import FidelityError
 
-    errors: tuple[type[BaseException], ...] = (DataError, EvalInputError, AgentError, FidelityError, EnvError)
+    errors: tuple[type[BaseException], ...] = (DataError, EvalInputError, AgentError, FidelityError, EnvError,
+                                               ConfigError)
     if "textwm.models.checkpoint" in sys.modules:  # only a local agent or WM can raise it (torch is loaded then)
         errors += (sys.modules["textwm.models.checkpoint"].CheckpointError,)
     return errors

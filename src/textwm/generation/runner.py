@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigError, config_dict, option
+from textwm.config import ConfigError, check_output_dir, config_dict, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
 from textwm.generation.settings import DecodeSettings
@@ -156,6 +156,7 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
     """Generate for every dataset; returns per-dataset stats (rows, errors, seconds, tokens/s)."""
     from textwm.models.checkpoint import read_spec
 
+    check_output_dir(config.output_dir, "--output-dir")  # before any work: a bad path fails in a second
     spec = read_spec(config.model_path, mask_token_id=config.mask_token_id)
     if spec.family == "sdar":
         spec.require_diffusion(config.decode.block_length)

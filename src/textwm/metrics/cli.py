@@ -92,10 +92,13 @@ def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | N
     _check_args(p, args, with_api)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    from textwm.config import ConfigError, check_output_dir, exit_on_sigterm
     from textwm.data.jsonl import DataError
     from textwm.metrics import report
 
+    exit_on_sigterm()
     try:
+        check_output_dir(args.output_dir, "--output-dir")
         if args.compare:
             paths = report.compare_runs(args.compare, args.output_dir, title=args.title or "World-model comparison")
             print(Path(paths["markdown"]).read_text())
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | N
         if with_api and args.api_url:
             _generate(args)
         return _score(args)
-    except DataError as exc:
+    except (DataError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -93,10 +93,12 @@ class WMSettings:
     endpoint: str
     #: Retries after the first attempt on connection errors, timeouts and busy answers (``WM_MAX_RETRIES``).
     max_retries: int = 3
-    #: Per-request timeout in seconds (``WM_TIMEOUT_S``).
+    #: Seconds a prediction may take, retries included (``WM_TIMEOUT_S``).
     timeout_s: float = 120.0
     #: Longest observation the WM may generate, in tokens (``WM_MAX_TOKENS``).
     max_tokens: int = 256
+    #: Bearer token of the WM proxy, when it was started with one (``WM_API_KEY``).
+    api_key: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -116,11 +118,12 @@ class WMSettings:
                              "e.g. WM_ENDPOINT=http://127.0.0.1:30000/")
         return cls(endpoint, max_retries=_env_number(environ, "WM_MAX_RETRIES", 3, int),
                    timeout_s=_env_number(environ, "WM_TIMEOUT_S", 120.0, float),
-                   max_tokens=_env_number(environ, "WM_MAX_TOKENS", 256, int))
+                   max_tokens=_env_number(environ, "WM_MAX_TOKENS", 256, int),
+                   api_key=environ.get("WM_API_KEY", "").strip())
 
     def client(self) -> WMClient:
         return WMClient(self.endpoint, timeout_s=self.timeout_s, retry=RetryPolicy(max_retries=self.max_retries),
-                        max_tokens=self.max_tokens)
+                        max_tokens=self.max_tokens, api_key=self.api_key or None)
 
 
 # --- the pure core: one episode, turn by turn ----------------------------------------------------------

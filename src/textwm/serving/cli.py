@@ -76,6 +76,8 @@ class StackConfig:
     run_dir: str = option("runs/wm_stack", "pid files and logs")
     port: int = option(30000, "proxy port", env="WM_PORT")
     timeout: float = option(600.0, "seconds to wait for the server's /health")
+    api_key: str = option("", "bearer token of both processes (the proxy sends it upstream too); clients then need "
+                              "it (WM_API_KEY)", env="TEXTWM_API_KEY", secret=True)
     server: BackendSpec = option(help="the WM server", default_factory=BackendSpec, rename={"port": "backend_port"})
 
 
@@ -160,10 +162,12 @@ def stack_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
             for argv_ in commands:
                 print(" ".join(argv_))
             return 0
+        # The key travels in the environment, not on a command line that `ps` shows.
+        keys = {"TEXTWM_API_KEY": config.api_key, "TEXTWM_UPSTREAM_API_KEY": config.api_key} if config.api_key else {}
         try:
-            server.start(commands[0])
+            server.start(commands[0], env=keys)
             server.wait_healthy(health_url(spec.backend, spec.host, spec.port), config.timeout)
-            proxy.start(commands[1])
+            proxy.start(commands[1], env=keys)
             proxy.wait_healthy(f"http://{spec.host}:{config.port}/health", 60)
         except (RuntimeError, TimeoutError) as exc:
             proxy.stop()

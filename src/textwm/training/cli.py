@@ -18,7 +18,7 @@ def list_keys() -> None:
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
-    from textwm.config import ConfigCLI
+    from textwm.config import ConfigCLI, ConfigError
     from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
 
     try:
         train(config)
-    except (DataError, CheckpointError) as exc:
+    except (DataError, CheckpointError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

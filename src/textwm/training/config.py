@@ -104,6 +104,16 @@ class SFTConfig:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not 0.0 < self.mask_eps < 1.0:
             raise ConfigError(f"mask_eps must be in (0, 1), got {self.mask_eps}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ConfigError(f"max_steps must be -1 (the epochs decide) or >= 1, got {self.max_steps}")
+        if self.max_steps == -1 and not self.num_train_epochs > 0:
+            raise ConfigError(f"num_train_epochs must be > 0 when max_steps is -1 (got {self.num_train_epochs}): "
+                              "the run would train nothing")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ConfigError(f"weight_decay and max_grad_norm must be >= 0, got {self.weight_decay} and "
+                              f"{self.max_grad_norm}")
         if self.deepspeed and self.fsdp:
             raise ConfigError("choose deepspeed or fsdp, not both")
 

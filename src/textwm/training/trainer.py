@@ -211,6 +211,12 @@ def training_arguments(config: SFTConfig) -> TrainingArguments:
 
 def train(config: SFTConfig) -> TrainResult:
     """Run SFT as configured; returns where the final model is and the training loss."""
+    from textwm.config import check_output_dir
+
+    check_output_dir(config.output_dir, "output_dir")  # before loading anything: a bad path fails in a second
+    for what, path in (("train_file", config.resolve_train_file()), ("eval_file", config.eval_file)):
+        if path and not Path(path).is_file():
+            raise DataError(f"{what} {path} not found")
     attn = resolve_attn_implementation(config.attn_implementation)
     model, tokenizer, objective = prepare_model(config, attn)
     encoder = ChatEncoder(tokenizer)
