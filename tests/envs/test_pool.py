@@ -85,3 +85,31 @@ def test_blocking_pool_reuses_a_session_per_slot_and_survives_a_crash():
         assert replaced["session_id"] != first[0]["session_id"] and pool.restarts == 1
         assert pool.step({0: "look", 1: "look"})[1]["observation"].startswith("You are in the hall")
     assert NoCapacity.status == 503
+
+
+def test_a_bad_action_never_costs_the_session(client):
+    sid = client.post("/reset", json={"task_id": "toy_v1"}).json()["session_id"]
+    r = client.post("/step", content=b'{"session_id": "%s", "action": "look\\ud800"}' % sid.encode(),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "lone surrogate" in r.json()["error"]["message"]
+    r = client.post("/step", content=b"look", headers={"content-type": "text/plain"})
+    assert r.status_code == 415                                   # a browser's form post cannot start sessions
+    assert client.post("/step", json={"session_id": sid, "action": "x" * 100}).json()["observation"]
+    assert client.post("/step", json={"session_id": sid, "action": "look"}).status_code == 200   # still alive
+    assert all("pid" not in w for w in client.get("/health").json()["workers"])
+    client.delete(f"/session/{sid}")
+
+
+def test_an_api_key_guards_every_route_but_health():
+    from textwm.web import ServerSecurity
+
+    app = create_env_app(get_env("toy"), PoolConfig(workers=1, max_sessions_per_worker=1),
+                         security=ServerSecurity(api_key="k"))
+    with TestClient(app) as c:
+        assert c.post("/reset", json={"task_id": "toy_v0"}).status_code == 401
+        assert c.get("/health").status_code == 200
+        from textwm.envs.client import EnvClient
+
+        env = EnvClient("http://testserver", http=c, api_key="k")
+        assert env.reset("toy_v0").observation.startswith("You are in the hall")
+        env.close()

@@ -176,6 +176,11 @@ class EnvSpec:
     def check_task_id(self, task_id: str) -> None:
         """Hook: cheap syntax check of a task id; raise :class:`~textwm.envs.protocol.BadRequest`."""
 
+    def validate_task(self, task_id: str) -> None:
+        """Hook: the full check of a task id, run in an env worker before a session is opened for it (so a bad
+        id costs no env start); default: :meth:`check_task_id`."""
+        self.check_task_id(task_id)
+
     def family_of(self, task_id: str) -> str:
         """Hook: the task family of a task id (default: the id itself)."""
         return task_id

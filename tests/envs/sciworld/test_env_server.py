@@ -130,3 +130,14 @@ def test_client_episode_end_and_expiry(client):
     assert info.value.status == 404
     env.close()                                              # closing an expired session is fine
     assert client.get("/health").json()["sessions"] == 0
+
+
+def test_the_jvm_gateway_needs_its_auth_token(real_env):
+    from py4j.java_gateway import GatewayParameters, JavaGateway
+    from py4j.protocol import Py4JError
+
+    port = real_env._env._gateway.gateway_parameters.port
+    intruder = JavaGateway(gateway_parameters=GatewayParameters(port=port))
+    with pytest.raises(Py4JError, match="Authentication"):
+        intruder.jvm.java.lang.System.getProperty("java.version")
+    assert real_env.reset("boil_v0").observation                     # the env itself still works

@@ -27,7 +27,7 @@ from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
 from textwm.envs.sciworld import agent, reward
-from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, parse_task_id
+from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, check_task, parse_task_id
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
 
@@ -63,6 +63,9 @@ class SciWorldSpec(EnvSpec):
 
     def check_task_id(self, task_id: str) -> None:
         parse_task_id(task_id)
+
+    def validate_task(self, task_id: str) -> None:
+        check_task(parse_task_id(task_id))  # against the task catalog the worker warmed
 
     def family_of(self, task_id: str) -> str:
         return parse_task_id(task_id).task

@@ -1,0 +1,143 @@
+"""The WM server, the proxy and the clients against careless and hostile input (issue 10's catalogue)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.serving.scripted_http import ScriptedServer
+from textwm.clients.openai import ChatClient, ChatRequestError
+from textwm.clients.retry import RetryPolicy
+from textwm.clients.wm import WMClient, WMUnavailable
+from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import load_model
+from textwm.serving.app import create_app
+from textwm.serving.engine import Engine, EngineConfig
+from textwm.serving.proxy import ProxyConfig, create_proxy_app
+
+MSG = [{"role": "user", "content": "State: You are in the kitchen.\n\nAction: open door"}]
+SLOW_TEMPLATE = "{% for i in range(30000) %}{% for j in range(30000) %}{% endfor %}{% endfor %}{{ messages[0].content }}"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_sdar_dir):
+    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
+    return Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=512, allow_client_chat_template=True,
+                                       defaults=DecodeSettings(gen_length=16, temperature=0, block_length=8)))
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with TestClient(create_app(engine), raise_server_exceptions=False) as c:
+        yield c
+
+
+def chat(client, **body):
+    return client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4, **body})
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    ({"denoise_steps": 2}, 422, "denoise_steps: Extra inputs are not permitted"),
+    ({"seed": 2**70}, 422, "seed"),
+    ({"chat_template_kwargs": {"tokenize": True}}, 400, "chat_template_kwargs.tokenize"),
+    ({"chat_template_kwargs": {"add_generation_prompt": False}}, 400, "add_generation_prompt"),
+    ({"chat_template_kwargs": {"conversation": []}}, 400, "conversation"),
+    ({"chat_template_kwargs": {"enable_thinking": {"nested": 1}}}, 400, "must be a string, number or boolean"),
+    ({"chat_template_kwargs": {"chat_template": "{% for %}"}}, 400, "template failed"),
+    ({"messages": [{"role": "user", "content": "x" * 9000}]}, 400, "cannot fit"),
+])
+def test_bad_requests_are_4xx_naming_the_field(client, body, status, needle):
+    r = chat(client, **body)
+    assert r.status_code == status and needle in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["request_id"]
+
+
+def test_max_tokens_is_an_exact_cap_and_denoising_steps_is_honoured(client):
+    for max_tokens in (1, 3, 6, 9):                               # block 8: the decoder fills whole blocks
+        r = chat(client, max_tokens=max_tokens, denoising_steps=2)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] <= max_tokens
+    assert chat(client, denoising_steps=2, num_diffusion_steps=3).status_code == 422
+
+
+def test_health_answers_while_a_request_is_prepared_and_templates_are_time_limited(client):
+    answers: list = []
+    slow = threading.Thread(target=lambda: answers.append(chat(client, chat_template_kwargs={
+        "chat_template": SLOW_TEMPLATE})))
+    slow.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert client.get("/health").status_code == 200
+    assert time.monotonic() - started < 0.2                       # the event loop is free
+    slow.join(30)
+    (r,) = answers
+    assert r.status_code == 400 and "longer than 2 s" in r.json()["error"]["message"]
+    ok = chat(client, chat_template_kwargs={"chat_template": "{{ messages[0].content }}"})
+    assert ok.status_code == 200                                  # a fresh sandbox after the kill
+
+
+def test_client_templates_are_refused_by_default(engine, tiny_sdar_dir):
+    strict = Engine(engine.loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=512))
+    with TestClient(create_app(strict)) as c:
+        r = chat(c, chat_template_kwargs={"chat_template": "{{ 1 }}"})
+    assert r.status_code == 400 and "--allow-client-chat-template" in r.json()["error"]["message"]
+
+
+def test_the_metrics_count_every_error(client):
+    before = client.get("/metrics").text
+    chat(client, seed=-1)
+    client.post("/v1/chat/completions", content=b"[" * 100_000, headers={"content-type": "application/json"})
+    text = client.get("/metrics").text
+    assert 'status="422"' in text and 'status="400"' in text and text != before
+
+
+def test_proxy_unknown_fields_and_one_deadline_for_a_hung_upstream():
+    def hang(method, path, body):
+        if path.endswith("/models"):
+            return 200, {"data": [{"id": "m", "owned_by": "textwm"}]}, 0
+        return 200, {"choices": []}, 5.0                         # answers after the proxy gave up
+    upstream = ScriptedServer(hang)
+    try:
+        proxy = TestClient(create_proxy_app(ProxyConfig(upstream=upstream.url, timeout_s=1.0)))
+        r = proxy.post("/", json={"input": {"state": "s", "action": "a", "block_length": 4}})
+        assert r.status_code == 422 and "block_length" in r.json()["error"]["message"]
+        r = proxy.post("/", json={"input": {"state": "s", "action": "a"}, "model": "x"})
+        assert r.status_code == 422 and "model" in r.json()["error"]["message"]
+        started = time.monotonic()
+        r = proxy.post("/", json={"input": {"state": "s", "action": "a", "top_p": 0.9}})
+        assert r.status_code == 504 and time.monotonic() - started < 2.0   # --timeout 1 bounds the whole request
+        posts = [b for m, p, b in upstream.requests if m == "POST"]
+        assert len(posts) == 1 and posts[0]["top_p"] == 0.9               # a read timeout is not retried
+    finally:
+        upstream.close()
+
+
+def test_clients_keep_one_deadline_across_retries():
+    calls = []
+
+    def busy(method, path, body):
+        calls.append(time.monotonic())
+        return 503, {"error": "busy"}, 0.3
+    server = ScriptedServer(busy)
+    try:
+        started = time.monotonic()
+        with WMClient(server.url + "/", timeout_s=1.0, retry=RetryPolicy(max_retries=10, backoff_s=0.2)) as wm, \
+                pytest.raises(WMUnavailable):
+            wm.predict("sys", "s", "a")
+        assert time.monotonic() - started < 1.5 and 1 < len(calls) < 6
+        import asyncio
+
+        async def one() -> None:
+            async with ChatClient(server.url, timeout_s=1.0, retry=RetryPolicy(max_retries=10, backoff_s=0.2)) as c:
+                await c.complete(MSG)
+        started = time.monotonic()
+        with pytest.raises(ChatRequestError):
+            asyncio.run(one())
+        assert time.monotonic() - started < 1.5
+    finally:
+        server.close()
+    assert httpx.codes.SERVICE_UNAVAILABLE == 503
