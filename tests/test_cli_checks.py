@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import chat, run_script, write_lines
+from tests.conftest import REPO, chat, run_script, write_lines
 
 
 @pytest.fixture
@@ -72,3 +72,11 @@ def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
     started = time.monotonic()
     assert proc.wait(10) == 128 + signal.SIGTERM and time.monotonic() - started < 5
     assert list(tmp_path.iterdir()) == []                          # neither the output nor a hidden .tmp
+
+
+@pytest.mark.parametrize("argv", [["-m", "textwm.serving", "server", "--model-path", "m"],
+                                  ["-m", "textwm.serving", "proxy"], ["sciworld/sciworld_env_server.py"]])
+def test_servers_refuse_a_public_address_without_a_key(argv):
+    res = subprocess.run([sys.executable, *argv, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert res.returncode == 2 and "without an API key" in res.stderr and "--allow-unauthenticated" in res.stderr

@@ -10,6 +10,9 @@ this order, each overriding the one before:
    nested under the outer field's name);
 3. the command line: ``--flag VALUE`` (the field name with dashes) and ``key=value`` (YAML-typed).
 
+:func:`config_dict` gives a config back as plain data (for the ``*_config.json`` / ``.yaml`` written next
+to every output). This module is the bottom of the package: it imports nothing of textwm.
+
 Every bad value raises one :class:`ConfigError` naming the key and where it came from (the YAML
 file, the flag, the environment variable); unknown keys name the closest valid one. Validation
 beyond types lives in each config's ``__post_init__``.
@@ -525,16 +528,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
-
-
-def save_yaml(config: Any, path: str | os.PathLike, header: str = "") -> None:
-    """Write ``config`` as YAML (atomically), e.g. next to the outputs it produced; :func:`load` reads it back."""
-    from textwm.data.jsonl import atomic_write
-
-    with atomic_write(path) as f:
-        if header:
-            f.write(f"# {header}\n")
-        yaml.safe_dump(config_dict(config), f, sort_keys=False)
 
 
 # --- what every command line checks before its work -----------------------------------------------------

@@ -37,7 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from textwm.config import ConfigCLI, ConfigError, option
+from textwm.config import ConfigCLI, option
 from textwm.envs.contract import EnvSpec
 from textwm.envs.pool import PoolConfig, WorkerPool
 from textwm.envs.protocol import EnvError
@@ -238,6 +238,9 @@ class _ServerOptions:
     log_level: str = option("INFO", "log level of the server and its workers", choices=LOG_LEVELS)
     security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
+    def __post_init__(self) -> None:
+        check_bind(self.host, self.security)
+
 
 def server_config_class(spec: EnvSpec) -> type:
     """The env server's config for ``spec``: host, port, the pool, and the env's session options."""
@@ -262,11 +265,6 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
     if parsed is None:
         return 2
     config = parsed[0]
-    try:
-        check_bind(config.host, config.security)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     level = getattr(logging, config.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool_config = dataclasses.replace(config.pool, log_level=level)

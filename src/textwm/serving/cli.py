@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigCLI, ConfigError, config_dict, option
+from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BACKENDS, BackendSpec, server_decode_defaults
 from textwm.serving.proxy import ProxyConfig
@@ -56,6 +56,9 @@ class ServerConfig:
                                                      "a sandboxed process with time and size limits)")
     security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
+    def __post_init__(self) -> None:
+        check_bind(self.host, self.security)
+
 
 @dataclass
 class ProxyServeConfig:
@@ -65,6 +68,9 @@ class ProxyServeConfig:
     port: int = option(30000, "port", env="WM_PORT")
     proxy: ProxyConfig = option(help="upstream", default_factory=lambda: ProxyConfig(upstream=_default_upstream()))
     security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
+
+    def __post_init__(self) -> None:
+        check_bind(self.host, self.security)
 
 
 @dataclass
@@ -86,11 +92,6 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     if parsed is None:
         return 2
     config = parsed[0]
-    try:
-        check_bind(config.host, config.security)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     _logging()
 
     import uvicorn
@@ -122,11 +123,6 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
     if parsed is None:
         return 2
     config = parsed[0]
-    try:
-        check_bind(config.host, config.security)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     _logging()
 
     import uvicorn

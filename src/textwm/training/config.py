@@ -146,5 +146,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def save_config(cfg: SFTConfig, path: str | Path) -> None:
-    """Write the resolved config as YAML (atomically) next to the outputs it produced."""
-    config.save_yaml(cfg, path, header="resolved textwm SFT config (every key, defaults included)")
+    """Write the resolved config as YAML (atomically) next to the outputs it produced; :func:`load_config` reads
+    it back."""
+    import yaml
+
+    from textwm.data.jsonl import atomic_write
+
+    with atomic_write(path) as f:
+        f.write("# resolved textwm SFT config (every key, defaults included)\n")
+        yaml.safe_dump(config.config_dict(cfg), f, sort_keys=False)
