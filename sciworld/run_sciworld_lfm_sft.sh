@@ -8,7 +8,7 @@
 # Runtime: minutes for a few hundred demos (5 epochs) on 1 GPU.
 #
 # This file holds the LFM2.5 defaults only; every other knob, the checks and the swift line are in
-# sciworld/sft.sh. Every knob is an environment variable; extra arguments are appended to the swift
+# scripts/lib/agent_sft.sh. Every knob is an environment variable; extra arguments are appended to the swift
 # command line:
 #
 #   DATA=runs/sciworld_data/sft_train.jsonl bash sciworld/run_sciworld_lfm_sft.sh
@@ -24,4 +24,5 @@ export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-2}"
 export LR="${LR:-5e-6}"
 export SAVE_STEPS="${SAVE_STEPS:-10}"
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
-exec bash "$(dirname "${BASH_SOURCE[0]}")/sft.sh" "$@"
+export ENV_NAME=sciworld
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

@@ -8,7 +8,7 @@
 # Runtime: a day or more for 3 epochs of the full task set on 1 GPU.
 #
 # This file holds the Mistral defaults only; every other knob, the checks and the swift line are in
-# sciworld/grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
+# scripts/lib/agent_grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
 # command line:
 #
 #   MODEL_PATH=runs/sciworld/sciworld_mistral_sft/v0-.../checkpoint-10 WM_ENDPOINT=http://127.0.0.1:30000/ \
@@ -28,4 +28,5 @@ export OFFLOAD_MODEL="${OFFLOAD_MODEL:-true}"
 export OFFLOAD_OPTIMIZER="${OFFLOAD_OPTIMIZER:-true}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
-exec bash "$(dirname "${BASH_SOURCE[0]}")/grpo.sh" "$@"
+export ENV_NAME=sciworld
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

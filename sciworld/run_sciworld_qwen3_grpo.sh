@@ -7,7 +7,7 @@
 # Runtime: about a day for 3 epochs of the full task set; ~1 min for one step of a tiny model on CPU.
 #
 # This file holds the Qwen3 defaults only; every other knob, the checks and the swift line are in
-# sciworld/grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
+# scripts/lib/agent_grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
 # command line:
 #
 #   WM_ENDPOINT=http://127.0.0.1:30000/ DATA=runs/sciworld_data/rl_train.jsonl bash sciworld/run_sciworld_qwen3_grpo.sh
@@ -30,4 +30,5 @@ export OFFLOAD_MODEL="${OFFLOAD_MODEL:-false}"
 export OFFLOAD_OPTIMIZER="${OFFLOAD_OPTIMIZER:-false}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-3}"
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
-exec bash "$(dirname "${BASH_SOURCE[0]}")/grpo.sh" "$@"
+export ENV_NAME=sciworld
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

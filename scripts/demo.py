@@ -11,14 +11,17 @@ from textwm.demo import DemoConfig
 def main() -> int:
     defaults = DemoConfig()
     p = argparse.ArgumentParser(prog="scripts/demo.sh", description=(
-        "Build ScienceWorld WM data from the real env, train a tiny AR and a tiny SDAR world model, score "
+        "Build WM data from a real env (ScienceWorld, or ALFWorld games generated offline), train a tiny AR and "
+        "a tiny SDAR world model, score "
         "them, run GRPO of a tiny agent inside the SDAR world model (swift rlhf), evaluate the agent in the "
         "real env and the world model's fidelity, and write <out>/report.md. Resumable: a re-run skips "
         "finished stages."))
     p.add_argument("--out", default=defaults.out, help="run folder (default: %(default)s)")
     p.add_argument("--smoke", action="store_true", help="an even smaller setting (CI, a few minutes)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
-    p.add_argument("--tasks", nargs="+", help=f"ScienceWorld task types (default: {' '.join(defaults.tasks)})")
+    p.add_argument("--env", choices=("sciworld", "alfworld"), help=f"the env (default: {defaults.env})")
+    p.add_argument("--tasks", nargs="+", help="task types (default: the env's demo set; ScienceWorld: boil melt "
+                                               "find-living-thing test-conductivity; ALFWorld: all six)")
     p.add_argument("--families", nargs="+", choices=("ar", "sdar", "wedlm"),
                    help=f"world-model families, sdar included (default: {' '.join(defaults.families)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The embedded default (README's main job): the whole two-stage pipeline in miniature on a CPU.
-# Real ScienceWorld data -> tiny AR and SDAR world models -> one scorer -> GRPO of a tiny agent
+# Real ScienceWorld data (--env alfworld: ALFWorld games built offline) -> tiny AR and SDAR world models -> one scorer -> GRPO of a tiny agent
 # inside the SDAR world model (swift rlhf) -> agent and world-model evaluation on the real env ->
 # <out>/report.md. Hardware: 2 CPU cores. Runtime: ~10 min (--smoke: ~3 min). Resumable.
 #

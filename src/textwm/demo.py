@@ -3,14 +3,15 @@
 Stages (each resumable: a finished stage is recorded in ``<out>/stages.json`` and skipped on the
 next run unless ``fresh``):
 
-1. ``data``: a small ScienceWorld world-model dataset from the real env (a few task types; train and
-   test split by variation), plus RL task rows;
+1. ``data``: a small world-model dataset from the real env (``--env``: ScienceWorld, a few task types,
+   train and test split by variation; ALFWorld, games generated offline, test on unseen floor plans),
+   plus RL task rows (the env builder's ``demo_config``);
 2. ``train``: a tiny AR and a tiny SDAR world model of the same size, same tokenizer, same rows,
    same number of steps;
 3. ``wm_eval``: both (and their untrained initialisations) generate on held-out transitions; one
    scorer, one side-by-side table and chart;
 4. ``grpo``: the native WM server (SDAR model) + proxy; a tiny agent's GRPO steps with
-   ``swift rlhf`` and the ScienceWorld plugin inside the world model; the stack is stopped;
+   ``swift rlhf`` and the env's plugin inside the world model; the stack is stopped;
 5. ``agent_eval``: the agent before and after GRPO in the real env, in the world model, replayed
    (W2R), and the world model's fidelity (Real / WM / W2R / CR);
 6. ``report``: ``report.md`` with every figure under its metric name and wall time per stage.
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.envs.registry import get_env
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,10 @@ DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 class DemoConfig:
     out: str = "runs/demo"
     smoke: bool = False
-    tasks: tuple[str, ...] = ("boil", "melt", "find-living-thing", "test-conductivity")
+    #: The env of the whole run (a registered env whose dataset builder has ``demo_config``).
+    env: str = "sciworld"
+    #: Task families (empty: the env builder's demo default).
+    tasks: tuple[str, ...] = ()
     #: World-model families trained side by side; the GRPO stage serves the SDAR one.
     families: tuple[str, ...] = ("ar", "sdar")
     train_variations: int = 3
@@ -69,6 +74,9 @@ class DemoConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        builder = get_env(self.env).dataset_builder()
+        if builder is None or not hasattr(builder, "demo_config"):
+            raise ValueError(f"env {self.env!r} has no demo (its dataset builder has no demo_config)")
         unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
         if unknown or "sdar" not in self.families:
             raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "
@@ -77,7 +85,8 @@ class DemoConfig:
     @classmethod
     def smoke_test(cls, **overrides: Any) -> DemoConfig:
         """An even smaller setting for CI (a few minutes)."""
-        small = dict(smoke=True, tasks=("melt",), train_variations=1, explore_steps=6, train_steps=40,
+        small = dict(smoke=True, tasks=("melt",) if overrides.get("env", "sciworld") == "sciworld" else (),
+                     train_variations=1, explore_steps=6, train_steps=40,
                      eval_rows=16, gen_length=24, grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4)
         return cls(**{**small, **overrides})
 
@@ -147,17 +156,14 @@ class Demo:
 
     def stage_data(self) -> dict[str, Any]:
         from textwm.envs.build import build
-        from textwm.envs.sciworld.build import SciWorldBuildConfig
 
         c = self.config
-        report = build("sciworld", SciWorldBuildConfig(
-            out_dir=str(self.path("data")), tasks=c.tasks, train_variations=c.train_variations, dev_variations=0,
-            test_variations=c.test_variations, explore_episodes=1 if c.explore_steps else 0,
-            explore_steps=c.explore_steps, workers=c.workers, seed=c.seed, max_turns=c.agent_turns,
-            prompt_style=c.prompt_style))
+        builder = get_env(c.env).dataset_builder()
+        config = builder.demo_config(self.path("data"), c)
+        report = build(c.env, config)
         test = read_jsonl(self.path("data", "wm_test.jsonl")).rows
         write_jsonl(self.path("data", "eval_test.jsonl"), test[: c.eval_rows])  # eval_generate's file pattern
-        return {"transitions": report.transitions, "tasks": list(c.tasks), "eval_rows": min(len(test), c.eval_rows)}
+        return {"transitions": report.transitions, "tasks": sorted(report.families), "eval_rows": min(len(test), c.eval_rows)}
 
     # --- 2. train ----------------------------------------------------------------------------------
 
@@ -208,7 +214,7 @@ class Demo:
             report.write_report({"test": summary}, gen_dir, title=name)
             summaries[name] = summary
         paths = report.compare_runs([f"{n}={self.path('wm_eval', n)}" for n in summaries], self.path("wm_eval"),
-                                    title="World models on held-out ScienceWorld transitions")
+                                    title=f"World models on held-out {get_env(c.env).title} transitions")
         return {"scores": summaries, "table": str(paths["markdown"]), "chart": str(paths["chart"])}
 
     # --- 4. GRPO inside the world model ------------------------------------------------------------
@@ -251,7 +257,7 @@ class Demo:
         server, proxy, endpoint = self._stack()
         out = self.path("grpo")
         shutil.rmtree(out, ignore_errors=True)
-        grpo = GRPOConfig(env="sciworld", data=str(self.path("data", "rl_train.jsonl")),
+        grpo = GRPOConfig(env=c.env, data=str(self.path("data", "rl_train.jsonl")),
                           model_path=str(self.path("agent_init")), model_type="qwen3", template="qwen3",
                           wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name="demo_grpo",
                           num_gpus=0, num_generations=2, per_device_train_batch_size=2, grad_accum_steps=1,
@@ -268,11 +274,12 @@ class Demo:
             raise RuntimeError(f"GRPO failed (exit {code}); see {self.path('grpo.log')}")
         (run_dir,) = out.glob("v*-*")
         logs = [json.loads(line) for line in (run_dir / "logging.jsonl").read_text().splitlines()]
-        steps = [r for r in logs if "rewards/SciWorldReward/mean" in r]
+        metric = f"rewards/{get_env(c.env).class_prefix}Reward/mean"
+        steps = [r for r in logs if metric in r]
         checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
         shutil.copytree(checkpoint, self.path("agent_grpo"), dirs_exist_ok=True)
         episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
-        return {"reward_per_step": [round(r["rewards/SciWorldReward/mean"], 4) for r in steps],
+        return {"reward_metric": metric, "reward_per_step": [round(r[metric], 4) for r in steps],
                 "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
                 "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
                 "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
@@ -288,7 +295,7 @@ class Demo:
         results = {}
         try:
             for name in ("agent_init", "agent_grpo"):
-                out = run(EvalConfig(mode="all", env="sciworld", output_dir=str(self.path("agent_eval", name)),
+                out = run(EvalConfig(mode="all", env=c.env, output_dir=str(self.path("agent_eval", name)),
                                              rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
                                              max_turns=c.agent_turns, workers=c.workers,
                                              agent_path=str(self.path(name)), device="cpu", wm_endpoint=endpoint,

@@ -16,6 +16,9 @@ def _fmt(v: Any) -> str:
 
 
 def render(config: Any, records: dict[str, Any], out: Path) -> str:
+    from textwm.envs.registry import get_env
+
+    spec = get_env(config.env)
     fig = {name: rec.figures for name, rec in records.items()}
     lines = ["# textwm demo: the two-stage pipeline in miniature", "",
              "Everything below ran on this machine's CPU with tiny random models trained in minutes: the figures",
@@ -26,7 +29,7 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
     lines += [f"| total | {round(sum(r.seconds for r in records.values()), 1)} |", ""]
 
     data = fig.get("data", {})
-    lines += ["## 1. Data (real ScienceWorld env)", "",
+    lines += [f"## 1. Data (real {spec.title} env)", "",
               f"- task types: {', '.join(data.get('tasks', []))}",
               f"- transitions per split: {data.get('transitions')}; held-out rows scored: {data.get('eval_rows')}",
               "- files: data/wm_{train,test}.jsonl, data/rl_*.jsonl, data/dataset_card.md", ""]
@@ -55,8 +58,8 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
                   "- chart: wm_eval/comparison.png; table: wm_eval/comparison.md", ""]
 
     grpo = fig.get("grpo", {})
-    lines += ["## 4. GRPO inside the world model (swift rlhf, ScienceWorld plugin)", "",
-              f"- rewards/SciWorldReward/mean per step: {grpo.get('reward_per_step')}",
+    lines += [f"## 4. GRPO inside the world model (swift rlhf, {spec.title} plugin)", "",
+              f"- {grpo.get('reward_metric', 'reward')} per step: {grpo.get('reward_per_step')}",
               f"- turns per step: {grpo.get('turns_per_step')}; episodes: {grpo.get('episodes')}",
               f"- steps answered by the local responder: {grpo.get('local_answered_steps')}, by the world model: "
               f"{grpo.get('wm_answered_steps')}, WM errors: {grpo.get('wm_errors')}", ""]
@@ -70,5 +73,5 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
         rate = {m: (f.get(m) or {}).get("success_rate") for m in ("real", "wm", "w2r")}
         lines.append(f"| {name} | {_fmt(rate['real'])} | {_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
                      f"{_fmt(f.get('cr'))} | {_fmt((f.get('real') or {}).get('mean_score'))} |")
-    lines += ["", "Details: agent_eval/<agent>/eval_sciworld.md (episodes in episodes_{real,wm,w2r}.jsonl).", ""]
+    lines += ["", f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
     return "\n".join(lines) + "\n"

@@ -30,7 +30,7 @@ class GoldAgent(SimpleAgent):
 
     def __init__(self, rows: Sequence[dict], gold: dict[str, list[str]]):
         self.by_start = {parse_messages(r["messages"])[1]["content"]: gold[r["task_id"]] for r in rows}
-        self.by_instruction = {r["instruction"]: gold[r["task_id"]] for r in rows}
+        self.by_instruction = {r["instruction"]: gold[r["task_id"]] for r in rows if r.get("instruction")}
         self.seen: list[list[dict]] = []
 
     def _actions(self, first: str) -> list[str]:

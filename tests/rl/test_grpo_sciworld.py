@@ -9,25 +9,16 @@ GRPO steps, 2 generations x 3 turns, CPU) and run_sciworld_qwen3_sft.sh (one ste
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.rl import stack
 
 SCRIPTS = [f"run_sciworld_{m}_{k}.sh" for m in ("qwen3", "lfm", "mistral") for k in ("sft", "grpo")]
 
 
-def run_script(script: str, *args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    """``bash sciworld/<script> ARGS`` on CPU with the test venv's swift, nothing reported."""
-    full_env = {**os.environ, "SWIFT": str(Path(sys.executable).parent / "swift"), "NUM_GPUS": "0",
-                "REPORT_TO": "none", "DATASET_NUM_PROC": "1", "DATALOADER_NUM_WORKERS": "0", **env}
-    return subprocess.run(["bash", str(REPO / "sciworld" / script), *args], capture_output=True, text=True,
-                          cwd=REPO, env=full_env, timeout=timeout)
+def run_script(script: str, *args: str, env: dict[str, str], timeout: float = 300):
+    return stack.run_script("sciworld", script, *args, env=env, timeout=timeout)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -35,12 +26,6 @@ def test_scripts_name_a_missing_data_file(script, tmp_path):
     res = run_script(script, env={"DATA": str(tmp_path / "nope.jsonl")})
     assert res.returncode == 2, res.stderr
     assert "DATA" in res.stderr and "nope.jsonl" in res.stderr and "build_wm_dataset.py" in res.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,38 +43,17 @@ def sciworld_data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_agent(sciworld_data, tmp_path_factory):
     from textwm.data.jsonl import read_jsonl
-    from textwm.models.tiny import build_tiny_checkpoint, chat_texts
 
     rows = read_jsonl(sciworld_data / "rl_train.jsonl").rows + read_jsonl(sciworld_data / "sft_train.jsonl").rows
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("agent"), list(chat_texts(rows)), family="ar",
-                                 size="tiny", vocab_size=1024, seed=3)
+    return stack.tiny_agent(rows, tmp_path_factory.mktemp("agent"))
 
 
 @pytest.fixture(scope="module")
 def wm_stack(sciworld_data, tmp_path_factory):
-    """A tiny SDAR world model on the native server, behind the WM proxy; yields the proxy URL."""
     from textwm.data.jsonl import read_jsonl
-    from textwm.models.tiny import build_tiny_checkpoint, chat_texts
-    from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
-    wm_rows = read_jsonl(sciworld_data / "wm_train.jsonl").rows
-    wm = build_tiny_checkpoint(tmp_path_factory.mktemp("wm"), list(chat_texts(wm_rows)), family="sdar",
-                               size="tiny", block_size=4, vocab_size=1024, seed=4)
-    run_dir = tmp_path_factory.mktemp("stack")
-    server_port, proxy_port = free_port(), free_port()
-    server, proxy = ManagedProcess("server", run_dir), ManagedProcess("proxy", run_dir)
-    spec = BackendSpec(backend="native", model_path=str(wm), port=server_port, served_model_name="tiny-wm",
-                       device="cpu", max_model_len=4096)
-    try:
-        server.start([*server_command(spec), "--temperature", "0", "--max-tokens", "16"])
-        server.wait_healthy(f"http://127.0.0.1:{server_port}/health", 120)
-        proxy.start([*proxy_command(proxy_port, f"http://127.0.0.1:{server_port}"), "--max-retries", "1",
-                     "--timeout", "60"])
-        proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
-        yield f"http://127.0.0.1:{proxy_port}/"
-    finally:
-        proxy.stop()
-        server.stop()
+    with stack.wm_stack(read_jsonl(sciworld_data / "wm_train.jsonl").rows, tmp_path_factory.mktemp("stack")) as url:
+        yield url
 
 
 @pytest.mark.slow
@@ -97,10 +61,8 @@ def test_grpo_two_steps_inside_the_world_model(sciworld_data, tiny_agent, wm_sta
     pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")
     out = tmp_path / "grpo"
     res = run_script("run_sciworld_qwen3_grpo.sh", "--max_steps", "2", env={
-        "MODEL_PATH": str(tiny_agent), "MODEL_TYPE": "qwen3", "TEMPLATE": "qwen3", "WM_ENDPOINT": wm_stack,
-        "WM_MAX_TOKENS": "16", "WM_MAX_RETRIES": "1", "DATA": str(sciworld_data / "rl_train.jsonl"),
-        "OUTPUT_DIR": str(out), "NUM_GENERATIONS": "2", "PER_DEVICE_TRAIN_BATCH_SIZE": "2", "GRAD_ACCUM_STEPS": "1",
-        "MAX_TURNS": "3", "MAX_COMPLETION_LENGTH": "16", "MAX_LENGTH": "4096", "SAVE_STEPS": "100"})
+        **stack.TINY_GRPO, "MODEL_PATH": str(tiny_agent), "WM_ENDPOINT": wm_stack,
+        "DATA": str(sciworld_data / "rl_train.jsonl"), "OUTPUT_DIR": str(out)})
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     (run,) = out.glob("v*-*")
     # The trajectory log: one line per episode (2 steps x 2 prompts-with-generations), several turns each.

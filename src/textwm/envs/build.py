@@ -108,6 +108,10 @@ class DatasetBuilder(Protocol):
 
     def run_job(self, env: Any, job: Job, config: BuildConfig) -> JobResult: ...
 
+    def demo_config(self, out_dir: Path, demo: Any) -> BuildConfig:
+        """The small build of ``scripts/demo.sh`` (``demo``: its :class:`~textwm.demo.DemoConfig`); optional."""
+        ...
+
 
 @dataclass
 class BuildReport:
@@ -116,6 +120,8 @@ class BuildReport:
     tasks: int
     seconds: float
     gold_below_success: list[str]
+    #: The task families built.
+    families: list[str] = field(default_factory=list)
 
 
 # One real env per worker process (opened by the pool's initializer; this module's only process state).
@@ -164,7 +170,7 @@ def build(env: str | EnvSpec, config: BuildConfig) -> BuildReport:
         f.write(card_markdown(card))
     return BuildReport(out_dir=out, transitions={s: len(v) for s, v in by_split.items()},
                        tasks=len({j.family for j in jobs}), seconds=seconds,
-                       gold_below_success=card["gold_below_success"])
+                       gold_below_success=card["gold_below_success"], families=sorted({j.family for j in jobs}))
 
 
 def _length_stats(values: list[int]) -> dict[str, float]:

@@ -48,13 +48,19 @@ class Outcome:
     #: Why it ended ("success", "wrong_focus", "repeat", ...), None while it goes on.
     reason: str | None
     score: float
+    #: The GRPO reward where the env shapes it apart from the score (ALFWorld's penalties); None: the score.
+    reward: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"done": self.done, "reason": self.reason, "score": self.score}
+        d = {"done": self.done, "reason": self.reason, "score": self.score}
+        if self.reward is not None:
+            d["reward"] = self.reward
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Outcome:
-        return cls(bool(d["done"]), d.get("reason"), float(d["score"]))
+        reward = d.get("reward")
+        return cls(bool(d["done"]), d.get("reason"), float(d["score"]), None if reward is None else float(reward))
 
 
 class SimEpisode(Protocol):
@@ -65,6 +71,10 @@ class SimEpisode(Protocol):
         ...
 
     def wm_query(self, action: str) -> WMQuery: ...
+
+    def agent_message(self, observation: str) -> str:
+        """The agent's next user message after ``observation`` was recorded (the observation, or more)."""
+        ...
 
     def observe(self, action: str, observation: str, source: str) -> None:
         """Record one answered step (source: ``local`` or ``wm``)."""
@@ -136,9 +146,7 @@ class EnvSpec:
         """
         if not isinstance(row, Mapping):
             raise DataError(f"an RL task row must be a JSON object, got {type(row).__name__}")
-        task_id = row.get("task_id")
-        if not isinstance(task_id, str) or not task_id:
-            raise DataError(f"row has no string 'task_id' (e.g. {self.example_task_id()!r})", field="task_id")
+        task_id = self.task_id_of(row)
         try:
             self.check_task_id(task_id)
         except EnvError as exc:
@@ -158,6 +166,13 @@ class EnvSpec:
                          max_turns=int(turns) if isinstance(turns, (int, float)) and turns > 0 else None,
                          sim_task=sim_task, reset_options=self.reset_options_of(sim_task))
 
+    def task_id_of(self, row: Mapping[str, Any]) -> str:
+        """Hook: a row's task id (default: its ``task_id``); DataError naming the field when it has none."""
+        task_id = row.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            raise DataError(f"row has no string 'task_id' (e.g. {self.example_task_id()!r})", field="task_id")
+        return task_id
+
     def sim_task_of(self, row: Mapping[str, Any]) -> Any:
         """Hook: the simulator's start state in a row (None if absent); DataError naming the field if malformed."""
         return None
@@ -176,9 +191,9 @@ class EnvSpec:
     def check_task_id(self, task_id: str) -> None:
         """Hook: cheap syntax check of a task id; raise :class:`~textwm.envs.protocol.BadRequest`."""
 
-    def validate_task(self, task_id: str) -> None:
+    def validate_task(self, task_id: str, config: Any = None) -> None:
         """Hook: the full check of a task id, run in an env worker before a session is opened for it (so a bad
-        id costs no env start); default: :meth:`check_task_id`."""
+        id costs no env start); ``config``: the worker's session config. Default: :meth:`check_task_id`."""
         self.check_task_id(task_id)
 
     def family_of(self, task_id: str) -> str:
@@ -194,6 +209,16 @@ class EnvSpec:
         """Hook: the action in an agent's reply, None when there is none to execute."""
         raise NotImplementedError
 
+    def agent_message(self, observation: str, info: Mapping[str, Any]) -> str:
+        """Hook: the agent's next user message after a real-env step (default: the observation; ALFWorld adds
+        the admissible commands from ``info``)."""
+        return observation
+
+    def expert_reply(self, info: Mapping[str, Any]) -> str | None:
+        """Hook: the reply of the env's own expert given the latest reset / step info (None: the env has no expert,
+        or it has no action now)."""
+        return None
+
     # --- simulator ------------------------------------------------------------------------------------
 
     def start_episode(self, start: TaskStart) -> SimEpisode:
@@ -207,8 +232,8 @@ class EnvSpec:
     # --- reward and success ---------------------------------------------------------------------------
 
     def reward(self, outcome: Outcome) -> float:
-        """Hook: the GRPO reward of an episode's outcome (default: the score)."""
-        return float(outcome.score)
+        """Hook: the GRPO reward of an episode's outcome (default: its shaped reward if any, else the score)."""
+        return float(outcome.score if outcome.reward is None else outcome.reward)
 
     def is_success(self, score: float) -> bool:
         return score >= self.success_score
@@ -221,6 +246,16 @@ class EnvSpec:
 
     def prepare_worker(self) -> dict[str, Any]:
         """Hook: one-time work in a new worker process before it reports ready (e.g. a task catalog)."""
+        return {}
+
+    def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any, config: Any = None) -> Any:
+        """Hook: the session config the real env needs to play ``starts`` (read from ``rows_path``), given the
+        user's ``config`` (None: the default); ``work_dir`` may hold what it prepares (ALFWorld: the games it
+        rebuilt from rows). Default: ``config`` unchanged."""
+        return config
+
+    def reset_record(self, reset: ResetResult) -> dict[str, Any]:
+        """Hook: fields of a real reset kept in the episode's record (ALFWorld: ``init_admissible``)."""
         return {}
 
     def end_reason(self, score: float) -> str:

@@ -58,6 +58,11 @@ class Step:
     #: Set when the step failed; the episode ends with ``failure``.
     error: str | None = None
     failure: str = "env_error"
+    #: The agent's next user message when it is more than the observation (ALFWorld: the observation and
+    #: the admissible commands); None: the observation itself.
+    message: str | None = None
+    #: What the env reported beside the observation (the real env's step info: admissible commands, ...).
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -112,7 +117,7 @@ class Trajectory:
         if step.error is not None:
             self.finish(step.failure, error=step.error)
         else:
-            self._after_turn(step.observation or "", None)
+            self._after_turn(step.message if step.message is not None else step.observation or "", None)
 
     def skipped(self, rules: TurnRules, outcome: Outcome | None = None) -> None:
         """After an unparseable reply: nothing stepped; ``outcome``: the env's, if telling it changed it."""

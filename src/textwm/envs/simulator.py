@@ -74,7 +74,7 @@ class Simulator:
         episode.observe(action, observation, source)
         with self._lock:
             setattr(self.stats, source, getattr(self.stats, source) + 1)
-        return Step(observation, episode.outcome(), source=source)
+        return Step(observation, episode.outcome(), source=source, message=episode.agent_message(observation))
 
     def _failed(self, episode: SimEpisode, error: str) -> Step:
         with self._lock:

@@ -59,7 +59,7 @@ class SessionHost:
 
     def op_reset(self, session_id: str, task_id: str, options: dict[str, Any], with_valid_actions: bool
                  ) -> dict[str, Any]:
-        self.spec.validate_task(task_id)  # before any env start: a bad id costs nothing
+        self.spec.validate_task(task_id, self.session_config)  # before any env start: a bad id costs nothing
         live = self.sessions.get(session_id)
         fresh = live is None
         if fresh:

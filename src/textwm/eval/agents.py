@@ -66,6 +66,35 @@ class SimpleAgent:
         pass
 
 
+class ExpertAgent:
+    """The env's own expert (ALFWorld's handcoded expert) as an agent: each reply is the expert's next action,
+    read from the env's latest reset / step info (:meth:`~textwm.envs.contract.EnvSpec.expert_reply`).
+    Real env only: a simulated episode has no expert."""
+
+    #: The episode driver hands this agent each episode's env info (``reply_batch(..., infos=...)``).
+    reads_env_info = True
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+    def reply_batch(self, conversations: Sequence[Conversation], infos: Sequence[Any] = ()) -> list[str | AgentError]:
+        if len(infos) != len(conversations):
+            return [AgentError("the expert agent needs the env's info of every episode (real env only)")
+                    for _ in conversations]
+        out: list[str | AgentError] = []
+        for info in infos:
+            reply = self.spec.expert_reply(info or {})
+            out.append(reply if reply is not None else
+                       AgentError(f"the {self.spec.name} expert has no action here (env info: {sorted(info or {})})"))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "expert", "env": self.spec.name}
+
+    def close(self) -> None:
+        pass
+
+
 def reply(agent: Agent, messages: Conversation) -> str:
     """One reply from any agent; raises :class:`AgentError` on failure."""
     result = agent.reply_batch([messages])[0]

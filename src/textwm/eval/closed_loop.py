@@ -108,7 +108,9 @@ class RealBackend:
                 continue
             reset = ResetResult(reply["observation"], reply["task_description"], reply.get("info", {}))
             messages, rebuilt = self.spec.real_start(job.payload, reset)
-            out[slot] = Started(messages=messages, extra={"start_rebuilt": True} if rebuilt else {})
+            extra = {"start_rebuilt": True} if rebuilt else {}
+            out[slot] = Started(messages=messages, extra={**extra, **self.spec.reset_record(reset)},
+                                info=dict(reset.info))
         return out
 
     def step(self, actions: dict[int, str]) -> dict[int, Step]:
@@ -119,7 +121,9 @@ class RealBackend:
                 continue
             score, done = float(reply["score"]), bool(reply["done"])
             self._outcome[slot] = Outcome(done, self.spec.end_reason(score) if done else None, score)
-            out[slot] = Step(reply["observation"], self._outcome[slot])
+            info = reply.get("info") or {}
+            out[slot] = Step(reply["observation"], self._outcome[slot],
+                             message=self.spec.agent_message(reply["observation"], info), info=info)
         return out
 
     def unparseable(self, slot: int) -> Outcome | None:

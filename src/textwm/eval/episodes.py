@@ -53,6 +53,8 @@ class Started:
     error: str | None = None
     #: Extra fields for the episode's record (e.g. ``start_rebuilt``).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What the env reported at the start (the real env's reset info), for agents that read it.
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class EpisodeEnv(Protocol):
@@ -120,6 +122,8 @@ class _Live:
     trajectory: Trajectory
     started: float
     extra: dict[str, Any]
+    #: The env's latest info (reset, then each step), for an agent that reads it (the env's expert).
+    info: Any = None
 
 
 def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, rules: TurnRules, mode: str,
@@ -147,7 +151,7 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, r
                 job = starting[slot]
                 trajectory = Trajectory(job.task_id, max_turns=job.max_turns)
                 live[slot] = _Live(job, list(start.messages or job.messages), trajectory, time.perf_counter(),
-                                   dict(start.extra))
+                                   dict(start.extra), dict(start.info))
                 if start.error is not None:
                     trajectory.fail("env_error", f"start failed: {start.error}")
                 elif job.max_turns < 1:
@@ -157,7 +161,11 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, r
             if not live:
                 continue
             slots = sorted(live)
-            replies = agent.reply_batch([live[s].messages for s in slots])
+            conversations = [live[s].messages for s in slots]
+            if getattr(agent, "reads_env_info", False):  # the env's own expert
+                replies = agent.reply_batch(conversations, infos=[live[s].info for s in slots])
+            else:
+                replies = agent.reply_batch(conversations)
             if len(replies) != len(slots):
                 raise RuntimeError(f"the agent returned {len(replies)} replies for {len(slots)} conversations")
             actions: dict[int, str] = {}
@@ -174,6 +182,7 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, r
                     ep.trajectory.skipped(rules, env.unparseable(slot))
             for slot, step in (env.step(actions) if actions else {}).items():
                 live[slot].trajectory.stepped(actions[slot], step)
+                live[slot].info = dict(step.info)
             for slot in slots:
                 ep = live[slot]
                 if ep.trajectory.finished:

@@ -52,6 +52,8 @@ class EvalConfig:
     agent_model: str = option("", "model id at --agent-url (default: the first one /v1/models lists)")
     agent_api_key: str = option("", "bearer token for --agent-url", env="OPENAI_API_KEY", secret=True)
     agent_path: str = option("", "agent as a local checkpoint folder (AR or SDAR)")
+    agent: str = option("", "expert: the env's own expert as the agent (real env only, e.g. ALFWorld's handcoded "
+                            "expert)", choices=("", "expert"))
     temperature: float = option(0.0, "agent sampling temperature (0: greedy)")
     top_p: float = option(1.0, "agent nucleus sampling")
     agent_max_tokens: int = option(256, "agent tokens per reply at most")
@@ -102,9 +104,11 @@ class EvalConfig:
                 raise ConfigError("must be a JSON object", key="--agent-extra-body")
         if self.needs_agent:
             _must_exist("--rows", self.rows, f"RL task rows (rl_test.jsonl from {self.env}/build_wm_dataset.py)")
-            if bool(self.agent_url) == bool(self.agent_path):
-                raise ConfigError(f"{self.mode} needs exactly one agent: --agent-url (OpenAI-compatible endpoint) "
-                                  "or --agent-path (local checkpoint folder)")
+            if sum(map(bool, (self.agent_url, self.agent_path, self.agent))) != 1:
+                raise ConfigError(f"{self.mode} needs exactly one agent: --agent-url (OpenAI-compatible endpoint), "
+                                  "--agent-path (local checkpoint folder) or --agent expert")
+            if self.agent == "expert" and self.mode != "agent-real":
+                raise ConfigError("the expert plays the real env only: use it with agent-real", key="--agent")
             if self.agent_path and not Path(self.agent_path).is_dir():
                 raise ConfigError(f"{self.agent_path} is not a checkpoint folder", key="--agent-path")
         if self.mode in ("agent-wm", "all") and not self.wm_endpoint:
@@ -150,8 +154,10 @@ def _must_exist(flag: str, path: str, what: str) -> None:
 
 def make_agent(config: EvalConfig) -> Any:
     """The agent of ``config``; an endpoint agent is checked for reachability here."""
-    from textwm.eval.agents import LocalAgent, OpenAIAgent
+    from textwm.eval.agents import ExpertAgent, LocalAgent, OpenAIAgent
 
+    if config.agent == "expert":
+        return ExpertAgent(get_env(config.env))
     if config.agent_url:
         agent = OpenAIAgent(config.agent_url, model=config.agent_model or None, api_key=config.agent_api_key or None,
                             temperature=config.temperature, top_p=config.top_p, max_tokens=config.agent_max_tokens,
@@ -210,7 +216,10 @@ def run(config: EvalConfig) -> dict[str, Any]:
         wm_client = WMClient(config.wm_endpoint, timeout_s=config.wm_timeout, max_tokens=config.wm_max_tokens,
                              temperature=config.wm_temperature, api_key=config.wm_api_key or None)
     agent = make_agent(config) if config.needs_agent else None
-    pool = BlockingPool(spec, config.workers).launch() if in_real else None  # envs warm up during the WM episodes
+    pool = None
+    if in_real:  # the envs warm up during the WM episodes
+        session = spec.prepare_real(config.rows, starts, out / "games")
+        pool = BlockingPool(spec, config.workers, session_config=session).launch()
     try:
         if agent is not None:
             results["agent"] = agent.describe()

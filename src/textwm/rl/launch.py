@@ -79,6 +79,8 @@ class GRPOConfig:
     vllm_gpu_memory_utilization: float = _knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")
     vllm_max_model_len: int = _knob(16384, "vLLM context length", "VLLM_MAX_MODEL_LEN")
     sleep_level: int = _knob(1, "vLLM sleep level between rollouts", "SLEEP_LEVEL")
+    deepspeed: str = _knob("", "DeepSpeed config across GPUs: zero2, zero3 (ms-swift's names) or a JSON file; "
+                                "empty: none", "DEEPSPEED")
     offload_model: bool = _knob(False, "offload the model during rollouts", "OFFLOAD_MODEL")
     offload_optimizer: bool = _knob(False, "offload the optimizer during rollouts", "OFFLOAD_OPTIMIZER")
     max_turns: int = _knob(50, "agent turns per episode at most", "MAX_TURNS")
@@ -167,6 +169,8 @@ class GRPOConfig:
                 "--seed", str(c.seed), "--output_dir", c.output_dir]
         if c.model_type:
             argv += ["--model_type", c.model_type]
+        if c.deepspeed:
+            argv += ["--deepspeed", c.deepspeed]
         if c.use_vllm:
             argv += ["--vllm_mode", c.vllm_mode, "--vllm_gpu_memory_utilization", f"{c.vllm_gpu_memory_utilization:g}",
                      "--vllm_max_model_len", str(c.vllm_max_model_len), "--sleep_level", str(c.sleep_level)]

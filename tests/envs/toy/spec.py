@@ -54,6 +54,9 @@ class ToyEpisode:
             return self.task.room_map[self.room]
         return None
 
+    def agent_message(self, observation: str) -> str:
+        return observation
+
     def wm_query(self, action: str) -> WMQuery:
         return WMQuery(system_prompt=system_prompt(self.room), state=self.state(), action=action)
 

@@ -24,6 +24,9 @@ from textwm.envs.sciworld.tasks import bake_task
 from textwm.envs.sciworld.tracker import EpisodeTracker
 from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
 
+#: Task types of scripts/demo.sh (--env sciworld).
+DEMO_TASKS = ("boil", "melt", "find-living-thing", "test-conductivity")
+
 
 @dataclass(frozen=True)
 class SciWorldBuildConfig(BuildConfig):
@@ -70,6 +73,14 @@ class SciWorldBuilder:
                     task_id = f"{task}_v{variation}"
                     jobs.append(Job(task_id, task, split, job_seed(config.seed, task_id), {"variation": variation}))
         return jobs
+
+    def demo_config(self, out_dir: Any, demo: Any) -> SciWorldBuildConfig:
+        """The demo's build: a few task types, train and test variations, the compact WM prompt."""
+        return SciWorldBuildConfig(
+            out_dir=str(out_dir), tasks=tuple(demo.tasks) or DEMO_TASKS, train_variations=demo.train_variations,
+            dev_variations=0, test_variations=demo.test_variations, explore_episodes=1 if demo.explore_steps else 0,
+            explore_steps=demo.explore_steps, workers=demo.workers, seed=demo.seed, max_turns=demo.agent_turns,
+            prompt_style=demo.prompt_style)
 
     def open_env(self) -> SciWorldEnv:
         return SciWorldEnv()

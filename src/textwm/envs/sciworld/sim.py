@@ -32,6 +32,9 @@ class SciWorldEpisode:
         # The proxy builds the user message from state + action: the same text as the training rows.
         return WMQuery(system_prompt=wm_system_prompt(self.tracker, action), state=wm_state(self.tracker), action=action)
 
+    def agent_message(self, observation: str) -> str:
+        return observation
+
     def observe(self, action: str, observation: str, source: str) -> None:
         self.actions.append(action)
         self.sources.append(source)

@@ -64,7 +64,7 @@ class SciWorldSpec(EnvSpec):
     def check_task_id(self, task_id: str) -> None:
         parse_task_id(task_id)
 
-    def validate_task(self, task_id: str) -> None:
+    def validate_task(self, task_id: str, config: Any = None) -> None:
         check_task(parse_task_id(task_id))  # against the task catalog the worker warmed
 
     def family_of(self, task_id: str) -> str:

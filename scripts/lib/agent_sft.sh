@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Shared SFT launcher for a ScienceWorld agent on demonstrations (swift sft, full parameters), the warm
-# start before GRPO (sciworld/grpo.sh): every knob with a generic default, the checks, GPU/CPU
-# detection and the one swift line. Run it through a model's launcher,
-# sciworld/run_sciworld_{qwen3,lfm,mistral}_sft.sh, which exports that model's defaults (MODEL_PATH,
-# TEMPLATE, RUN_NAME, EPOCHS, batch size, LR, SAVE_STEPS) and LAUNCHER (its own name, used in
-# messages) and execs this script; run directly, it trains the Qwen3-4B agent under the run name sciworld_sft.
-# DATA holds chat rows {"messages": [system, user, assistant, user, ...]}: sft_train.jsonl from
-# sciworld/build_wm_dataset.py (gold runs that scored 100) or your own.
+# Shared SFT launcher for an agent on demonstrations of any env (swift sft, full parameters), the warm
+# start before GRPO (<env>/grpo.sh): every knob with a generic default, the checks, GPU/CPU detection
+# and the one swift line. Run it through an env's model launcher (sciworld/run_sciworld_qwen3_sft.sh,
+# alfworld/run_alfworld_mistral_sft.sh, ...), which exports ENV_NAME, that model's defaults (MODEL_PATH,
+# TEMPLATE, RUN_NAME, EPOCHS, batch size, LR, SAVE_STEPS) and LAUNCHER (its own name, used in messages)
+# and execs this script.
+# DATA holds chat rows {"messages": [system, user, assistant, user, ...]}: sft_train.jsonl from the env's
+# dataset builder (expert / gold runs that succeeded) or your own.
 # Hardware: 1 H100/H200 per run in bf16 (DeepSpeed ZeRO-2 across GPUs when NUM_GPUS > 1); with
 # NUM_GPUS=0 it runs on CPU in float32, for tiny models only.
 # Runtime: minutes to under an hour for a few hundred demos on 1 GPU; ~20 s for one step of a tiny
@@ -20,7 +20,8 @@
 set -euo pipefail
 
 LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"   # the script the user ran, for messages
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ENV_NAME="${ENV_NAME:?set ENV_NAME (sciworld, alfworld, ...): run an env launcher such as sciworld/run_sciworld_qwen3_sft.sh}"
 source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
@@ -29,10 +30,10 @@ MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
 MODEL_TYPE="${MODEL_TYPE:-}"
 TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
 USE_HF="${USE_HF:-true}"
-DATA="${DATA:-$ROOT/runs/sciworld_data/sft_train.jsonl}"
+DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/sft_train.jsonl}"
 VAL_DATA="${VAL_DATA:-}"
-RUN_NAME="${RUN_NAME:-sciworld_sft}"
-OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/sciworld/$RUN_NAME}"
+RUN_NAME="${RUN_NAME:-${ENV_NAME}_sft}"
+OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/$RUN_NAME}"
 NUM_GPUS="${NUM_GPUS:-$GPUS_VISIBLE}"
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NUM_GPUS - 1)))}"
 MASTER_PORT="${MASTER_PORT:-29500}"
@@ -59,7 +60,7 @@ SEED="${SEED:-42}"
 # ── checks and derived flags ─────────────────────────────────────────────────────────────────────
 if [ ! -f "$DATA" ]; then
   echo "$LAUNCHER: DATA '$DATA' not found. Build demonstrations from the real env with" \
-       "python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data, or point DATA at a chat JSONL." >&2
+       "python $ENV_NAME/build_wm_dataset.py --out-dir runs/${ENV_NAME}_data, or point DATA at a chat JSONL." >&2
   exit 2
 fi
 OPTIONAL=()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Shared GRPO launcher for an agent of any env inside the world model (swift rlhf --rlhf_type grpo).
+# Run it through an env's model launcher (sciworld/run_sciworld_qwen3_grpo.sh,
+# alfworld/run_alfworld_qwen3_grpo.sh, ...), which exports ENV_NAME, that model's defaults (MODEL_PATH,
+# TEMPLATE, STOP_WORDS, RUN_NAME, LR, BETA, vLLM memory, DeepSpeed, offloading, ...) and LAUNCHER (its
+# own name, used in messages).
+# Every env step is answered by the local responder or the WM proxy at WM_ENDPOINT
+# (<ENV>_WM_GUARD=0: every step to the WM); the reward comes from the trajectory. Start the WM
+# first (scripts/wm_stack.py start).
+# Hardware: 1-4 H100/H200 per run (full parameters, bf16, vLLM colocate); with NUM_GPUS=0 it runs on
+# CPU in float32 without vLLM, for tiny models only.
+# Runtime: hours to a day or more for the full task set; ~1 min for one step of a tiny model on CPU.
+#
+# Every knob is an environment variable with the paper's default; `python -m textwm.rl.launch --help`
+# lists them, and `--print-command` shows the swift line they make. Extra arguments are appended to
+# the swift command line:
+#
+#   WM_ENDPOINT=http://127.0.0.1:30000/ DATA=runs/sciworld_data/rl_train.jsonl bash sciworld/run_sciworld_qwen3_grpo.sh
+#
+# Outputs: $OUTPUT_DIR/v<N>-<timestamp>/ (checkpoints, logging.jsonl, completions.jsonl, trajectories.jsonl).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ENV_NAME="${ENV_NAME:?set ENV_NAME (sciworld, alfworld, ...): run an env launcher such as sciworld/run_sciworld_qwen3_grpo.sh}"
+export LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
+export DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/rl_train.jsonl}"
+export OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/${RUN_NAME:-${ENV_NAME}_grpo}}"
+DEFAULT_PYTHON="python3"
+[ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
+
+exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch --env "$ENV_NAME" -- "$@"

@@ -1,0 +1,96 @@
+"""``eval_parallel.py``: any agent on the real env, many episodes in parallel, one line per row.
+
+    python alfworld/eval_parallel.py --agent expert --rows ROWS.jsonl --output-dir D --parallel 8
+    python alfworld/eval_parallel.py --agent http://127.0.0.1:8000/v1 --rows ROWS.jsonl --output-dir D
+    python alfworld/eval_parallel.py CKPT ROWS.jsonl OUT.jsonl GPU --max-turns 50 --parallel 32   # the paper's form
+
+``--agent`` is ``expert`` (the env's own expert), an OpenAI-compatible URL, or a local checkpoint folder.
+Writes ``D/episodes.jsonl`` (per row: ``index``, ``task_id``, ``task_type``, ``success``, ``steps``,
+``reason``, ``init_admissible`` as the real game gave it at reset, ``actions``) and ``D/summary.json``
+(``episodes``, ``success_rate``, ``per_task_type``, end reasons), beside everything ``python -m textwm.eval
+agent-real`` writes. In the paper's form ``OUT.jsonl`` is the episodes file and its folder the output dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p.add_argument("positional", nargs="*", help="the paper's form: CKPT ROWS OUT.jsonl GPU")
+    p.add_argument("--agent", default="", help="expert | OpenAI-compatible URL | local checkpoint folder")
+    p.add_argument("--agent-model", default="", help="model id at an agent URL (default: the first listed)")
+    p.add_argument("--rows", default="", help="RL task rows (JSONL)")
+    p.add_argument("--output-dir", default="", help="where episodes.jsonl and summary.json go")
+    p.add_argument("--parallel", type=int, default=8, help="episodes in flight (one real env process each)")
+    p.add_argument("--max-turns", type=int, default=50, help="agent turns per episode")
+    p.add_argument("--limit", type=int, default=-1, help="the first N rows only (-1: all)")
+    p.add_argument("--temperature", type=float, default=0.0, help="agent sampling temperature")
+    return p
+
+
+def eval_argv(args: argparse.Namespace, env: str) -> tuple[list[str], Path | None]:
+    """The ``python -m textwm.eval`` arguments of an ``eval_parallel`` command, and the paper form's OUT.jsonl."""
+    out_file = None
+    agent, rows, output_dir, device = args.agent, args.rows, args.output_dir, None
+    if args.positional:
+        if len(args.positional) != 4:
+            raise SystemExit(f"error: the positional form is CKPT ROWS OUT.jsonl GPU, got {len(args.positional)} "
+                             "arguments")
+        agent, rows, out, gpu = args.positional
+        out_file = Path(out)
+        output_dir = str(out_file.parent / f"{out_file.stem}_eval")
+        device = f"cuda:{gpu}" if gpu.isdigit() else gpu
+    if not agent:
+        raise SystemExit("error: --agent is required (expert, an OpenAI-compatible URL, or a checkpoint folder)")
+    argv = ["--env", env, "agent-real", "--rows", rows, "--output-dir", output_dir, "--workers", str(args.parallel),
+            "--max-turns", str(args.max_turns), "--temperature", str(args.temperature)]
+    if args.limit > 0:
+        argv += ["--episodes", str(args.limit)]
+    if agent == "expert":
+        argv += ["--agent", "expert"]
+    elif agent.startswith(("http://", "https://")):
+        argv += ["--agent-url", agent] + (["--agent-model", args.agent_model] if args.agent_model else [])
+    else:
+        argv += ["--agent-path", agent, "--agent-batch-size", str(args.parallel)]
+        if device:
+            argv += ["--device", device]
+    return argv, out_file
+
+
+def per_row(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"index": i, "task_id": r["task_id"], "task_type": r["task"], "success": r["success"], "steps": r["turns"],
+             "reason": r["reason"], "init_admissible": r.get("init_admissible"), "actions": r["actions"],
+             "error": r.get("error")} for i, r in enumerate(records)]
+
+
+def summary_of(real: dict[str, Any]) -> dict[str, Any]:
+    return {"episodes": real["episodes"], "successes": real["successes"], "success_rate": real["success_rate"],
+            "per_task_type": real["per_task"], "mean_turns": real["mean_turns"], "reasons": real["reasons"],
+            "failures": {k: real[k] for k in ("agent_errors", "env_errors", "wm_errors")},
+            "seconds": real.get("seconds")}
+
+
+def main(argv: list[str] | None = None, *, env: str, prog: str | None = None) -> int:
+    from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+    from textwm.eval import run as eval_run
+
+    args = _parser(prog or f"{env}/eval_parallel.py").parse_args(sys.argv[1:] if argv is None else argv)
+    flags, out_file = eval_argv(args, env)
+    code = eval_run.main(flags, prog=prog)
+    if code != 0:
+        return code
+    out = Path(flags[flags.index("--output-dir") + 1])
+    rows = per_row(read_jsonl(out / "episodes_real.jsonl").rows)
+    write_jsonl(out / "episodes.jsonl", rows)
+    summary = summary_of(json.loads((out / "summary_real.json").read_text()))
+    write_json(out / "summary.json", summary)
+    if out_file is not None:
+        write_jsonl(out_file, rows)
+    print(f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.3f} -> {out}/summary.json")
+    return 0
