@@ -40,6 +40,22 @@ def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
     assert again.stdout.count("done earlier") == 5
 
 
+@pytest.mark.slow
+def test_alfworld_demo_smoke(repo, tmp_path):
+    """The same pipeline on ALFWorld games generated offline (scripts/demo.sh --env alfworld --smoke)."""
+    pytest.importorskip("alfworld", reason="ALFWorld is in the [envs] extra")
+    out = tmp_path / "demo"
+    cmd = ["bash", str(repo / "scripts" / "demo.sh"), "--env", "alfworld", "--smoke", "--out", str(out),
+           "--wm-port", str(free_port()), "--proxy-port", str(free_port())]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    for needle in ("real ALFWorld env", "rewards/AlfWorldReward/mean", "CR = W2R / Real"):
+        assert needle in report
+    assert sorted(p.parts[-4] for p in (out / "games").glob("*/*/*/game.tw-pddl")) == \
+        ["eval_out_of_distribution"] * 6 + ["train"] * 6
+
+
 def test_demo_resume_accepts_same_settings_and_names_changed_ones(tmp_path):
     from textwm.demo import Demo, DemoConfig
 

@@ -13,6 +13,7 @@ from textwm.envs.contract import EnvSpec
 
 #: The built-in environments: one line each.
 BUILTIN: dict[str, str] = {
+    "alfworld": "textwm.envs.alfworld.spec:AlfWorldSpec",
     "sciworld": "textwm.envs.sciworld.spec:SciWorldSpec",
 }
 

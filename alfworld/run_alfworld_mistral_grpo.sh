@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GRPO of Mistral-7B (after its SFT, run_alfworld_mistral_sft.sh) on ALFWorld inside the world model (swift rlhf --rlhf_type grpo), the paper's run.
+# Every env step is answered by the local responder or the WM proxy at WM_ENDPOINT
+# (ALFWORLD_WM_GUARD=0: every step to the WM); the reward comes from the trajectory
+# (alfworld/alfworld_plugin.py). The paper's rows (alfworld_rl.jsonl) work as they are. Start the WM
+# first (scripts/wm_stack.py start).
+# Hardware: 4 H100/H200 (torchrun, DeepSpeed ZeRO-2, bf16, vLLM colocate at 0.3); NUM_GPUS=0: CPU,
+# tiny models only.
+# Runtime: several hours for one epoch of 300 tasks x 8 generations x 30 turns.
+#
+# This file holds the model's and the paper's ALFWorld defaults only; the checks and the swift line are
+# python -m textwm.rl.launch (scripts/lib/agent_grpo.sh). Every knob is an environment variable; extra
+# arguments are appended to the swift command line:
+#
+#   WM_ENDPOINT=http://127.0.0.1:30000/ DATA=../shared/data/alfworld_rl.jsonl bash alfworld/run_alfworld_mistral_grpo.sh
+#
+# Outputs: $OUTPUT_DIR/v<N>-<timestamp>/ (checkpoints, logging.jsonl, completions.jsonl, trajectories.jsonl).
+set -euo pipefail
+
+export MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
+export TEMPLATE="${TEMPLATE:-llama}"
+export STOP_WORDS="${STOP_WORDS:-</s>}"
+export RUN_NAME="${RUN_NAME:-alfworld_mistral_grpo}"
+export NUM_GPUS="${NUM_GPUS:-4}"
+export LR="${LR:-5e-7}"
+export BETA="${BETA:-0.1}"
+export EPOCHS="${EPOCHS:-1}"
+export MAX_TURNS="${MAX_TURNS:-30}"
+export MAX_COMPLETION_LENGTH="${MAX_COMPLETION_LENGTH:-256}"
+export MAX_LENGTH="${MAX_LENGTH:-32768}"
+export VLLM_MAX_MODEL_LEN="${VLLM_MAX_MODEL_LEN:-32768}"
+export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
+export SAVE_STEPS="${SAVE_STEPS:-5}"
+export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-10}"
+export DEEPSPEED="${DEEPSPEED-$([ "$NUM_GPUS" -gt 1 ] && echo zero2)}"
+export LAUNCHER="${BASH_SOURCE[0]##*/}"
+export ENV_NAME=alfworld
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

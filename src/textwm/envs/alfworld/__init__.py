@@ -1,0 +1,1 @@
+"""ALFWorld: games offline, the real env, the simulator (tracker, responder, reward), datasets."""

@@ -1,0 +1,196 @@
+"""ALFWorld's dataset-builder hooks (the plumbing is :mod:`textwm.envs.build`).
+
+Games come from ``alfworld/build_games.py`` (``--games-dir``); their splits are the generator's, by floor
+plan: ``train`` -> train, ``eval_in_distribution`` (seen floor plans) -> dev, ``eval_out_of_distribution``
+(unseen floor plans) -> test, so no game and no unseen floor plan is shared across splits.
+
+Per game: the handcoded expert's episode, and exploratory episodes (each step the expert's action, a
+sampled admissible command, or an invalid one — a command the game does not admit, so the world model
+learns "Nothing happens."). Every step is one chat row: system = the scene in the paper's
+``wm_system_prompt`` format, user = ``State: <tracked state + recent steps>\\n\\nAction: <action>``
+(:func:`~textwm.envs.alfworld.sim.wm_query_of`, the simulator's own query), assistant = the real
+observation. The expert episode also gives the RL task row (the paper's columns + ``task_id`` and
+``sim_task``) and, when it wins, an SFT demo (``Action: <command>`` turns).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textwm.config import option
+from textwm.data.wm_message import wm_user_message
+from textwm.envs.alfworld import agent
+from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
+from textwm.envs.alfworld.gamebank import EXPERT_STEPS
+from textwm.envs.alfworld.games import GAME_FILE, read_scene
+from textwm.envs.alfworld.responder import NOTHING_HAPPENS, respond
+from textwm.envs.alfworld.scene import Scene
+from textwm.envs.alfworld.sim import wm_query_of
+from textwm.envs.alfworld.tracker import Tracker
+from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
+
+#: Game folders' splits -> the dataset's split names.
+SPLIT_OF = {"train": "train", "eval_in_distribution": "dev", "eval_out_of_distribution": "test"}
+#: Shares of the exploratory steps: the expert's action, a sampled admissible command, an invalid command.
+EXPERT_SHARE, ADMISSIBLE_SHARE = 0.35, 0.45
+
+
+@dataclass(frozen=True)
+class AlfWorldBuildConfig(BuildConfig):
+    """Build the ALFWorld world-model dataset (and RL task rows, SFT demos) from real games."""
+
+    games_dir: str = option("", "games root of alfworld/build_games.py (<split>/<task folder>/<trial>/game.tw-pddl)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.games_dir or not Path(self.games_dir).is_dir():
+            raise ValueError(f"--games-dir {self.games_dir!r} is not a folder: build games first with "
+                             "python alfworld/build_games.py --out-dir runs/alfworld_games --num-games 300")
+
+
+def invalid_action(rng: random.Random, scene: Scene, admissible: list[str]) -> str:
+    """A command the game does not admit now (wrong place, wrong object, impossible verb)."""
+    objects, receptacles = list(scene.objects), [r.name for r in scene.receptacles]
+    for _ in range(20):
+        obj, rec = rng.choice(objects or ["apple 1"]), rng.choice(receptacles)
+        action = rng.choice((f"take {obj} from {rec}", f"move {obj} to {rec}", f"open {rec}", f"close {rec}",
+                             f"heat {obj} with {rec}", f"cool {obj} with {rec}", f"clean {obj} with {rec}",
+                             f"use {obj}", f"examine {obj}", f"slice {obj} with {rec}"))
+        if action not in admissible:
+            return action
+    return "go to nowhere 1"
+
+
+def _row(scene: Scene, tracker: Tracker, history: list[tuple[str, str]], action: str, observation: str, job: Job,
+         step: int, source: str, episode: str) -> dict[str, Any]:
+    """One transition; ``responder`` is what the local responder says to the same action from the same state
+    (None: it defers to the WM), so every dataset measures the responder against the real env."""
+    q = wm_query_of(tracker, history, action)
+    return {"messages": [{"role": "system", "content": q.system_prompt},
+                         {"role": "user", "content": wm_user_message(q.state, q.action)},
+                         {"role": "assistant", "content": observation}],
+            "task_id": job.task_id, "task": job.family, "split": job.split, "floor_plan": scene.floor_plan,
+            "episode": episode, "step": step, "source": source, "responder": respond(tracker, action)}
+
+
+def _advance(tracker: Tracker, action: str, observation: str) -> None:
+    admissible = tracker.admissible()
+    if admissible is not None and action in admissible and observation != NOTHING_HAPPENS:
+        tracker.apply(action)
+    tracker.learn(action, observation)
+
+
+def rl_row(scene: Scene, job: Job, game_file: str, first_observation: str, admissible: list[str], expert_first: str,
+           max_turns: int) -> dict[str, Any]:
+    """An RL task row in the paper's format, plus ``task_id``, ``max_turns`` and ``sim_task``."""
+    g = scene.goal
+    return {"messages": [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
+                         {"role": "user", "content": agent.user_turn(first_observation, admissible)}],
+            "game_file": game_file, "split": job.meta["game_split"], "task_type": g.task_type, "target_obj": g.target,
+            "destination": g.destination, "mrecep": g.mrecep, "toggle_target": g.toggle,
+            "wm_system_prompt": scene.wm_system_prompt(), "init_admissible": list(admissible),
+            "expert_plan": [expert_first], "task_id": job.task_id, "max_turns": max_turns,
+            # A JSON string, like the paper's messages: columnar loaders would merge the scenes' dicts.
+            "sim_task": json.dumps(scene.to_dict())}
+
+
+class AlfWorldBuilder:
+    """:class:`~textwm.envs.build.DatasetBuilder` of ALFWorld."""
+
+    config_class = AlfWorldBuildConfig
+    split_note = ("Splits follow the games' folders: train, dev = eval_in_distribution (seen floor plans), test = "
+                  "eval_out_of_distribution (floor plans no other split has), so no game or unseen floor plan is shared.")
+
+    def plan(self, config: BuildConfig) -> list[Job]:
+        root = Path(config.games_dir).resolve()
+        wanted = set(config.tasks or ())
+        jobs = []
+        for game_split, split in SPLIT_OF.items():
+            games = sorted(p.parent for p in (root / game_split).glob(f"*/*/{GAME_FILE}"))
+            by_type: dict[str, list[Path]] = {}
+            for game in games:
+                by_type.setdefault(game.parent.name.split("-", 1)[0], []).append(game)
+            for task_type, dirs in sorted(by_type.items()):
+                if wanted and task_type not in wanted:
+                    continue
+                for game in dirs[: config.variations[split]]:
+                    task_id = game.relative_to(root).as_posix()
+                    jobs.append(Job(task_id, task_type, split, job_seed(config.seed, task_id),
+                                    {"root": str(root), "game_split": game_split}))
+        if not jobs:
+            raise ValueError(f"no games under {root}/{{{','.join(SPLIT_OF)}}} (for tasks {sorted(wanted) or 'all'})")
+        return jobs
+
+    def demo_config(self, out_dir: Path, demo: Any) -> AlfWorldBuildConfig:
+        """The demo's build: games generated into ``<out_dir>/../games`` (``train_variations`` per task type for
+        train, ``test_variations`` per type on unseen floor plans for test), one exploratory episode each."""
+        from textwm.envs.alfworld.gamebank import generate_games
+
+        games = Path(out_dir).parent / "games"
+        per_type = {"train": demo.train_variations, "eval_in_distribution": 0,
+                    "eval_out_of_distribution": demo.test_variations}
+        if not games.is_dir():
+            generate_games(games, 0, seed=demo.seed, workers=demo.workers, per_type=per_type,
+                           task_types=tuple(demo.tasks) or None)
+        return AlfWorldBuildConfig(out_dir=str(out_dir), games_dir=str(games), tasks=tuple(demo.tasks) or None,
+                                   train_variations=demo.train_variations, dev_variations=0,
+                                   test_variations=demo.test_variations, explore_episodes=1 if demo.explore_steps else 0,
+                                   explore_steps=demo.explore_steps, workers=demo.workers, seed=demo.seed,
+                                   max_turns=demo.agent_turns)
+
+    def open_env(self) -> AlfWorldEnv:
+        return AlfWorldEnv(AlfWorldSessionConfig())
+
+    def run_job(self, env: AlfWorldEnv, job: Job, config: BuildConfig) -> JobResult:
+        env.roots = games_roots([job.meta["root"]])
+        scene = read_scene(Path(job.meta["root"]) / job.task_id)
+        if scene is None:
+            raise ValueError(f"{job.task_id}: not a game of alfworld/build_games.py (no scene in its traj_data.json)")
+        rng = random.Random(job.seed)
+        rows: list[dict[str, Any]] = []
+        reset = env.reset(job.task_id)
+        tracker, history = Tracker.start(scene), []
+        info, won = reset.info, False
+        demo = [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
+                {"role": "user", "content": agent.user_turn(reset.observation, info["admissible_commands"])}]
+        for step in range(EXPERT_STEPS):
+            action = info["expert_action"] or "look"
+            result = env.step(action)
+            rows.append(_row(scene, tracker, history, action, result.observation, job, step, "expert",
+                             f"{job.task_id}/expert"))
+            _advance(tracker, action, result.observation)
+            history.append((action, result.observation))
+            demo += [{"role": "assistant", "content": agent.format_reply(action)},
+                     {"role": "user", "content": agent.user_turn(result.observation, result.info["admissible_commands"])}]
+            info = result.info
+            if result.score >= 1.0:
+                won = True
+                break
+        for k in range(config.explore_episodes):
+            info = env.reset(job.task_id).info
+            tracker, history = Tracker.start(scene), []
+            for step in range(config.explore_steps):
+                u = rng.random()
+                if u < EXPERT_SHARE and info["expert_action"]:
+                    action, source = info["expert_action"], "explore_expert"
+                elif u < EXPERT_SHARE + ADMISSIBLE_SHARE:
+                    action, source = rng.choice(info["admissible_commands"]), "explore_admissible"
+                else:
+                    action, source = invalid_action(rng, scene, info["admissible_commands"]), "explore_invalid"
+                result = env.step(action)
+                rows.append(_row(scene, tracker, history, action, result.observation, job, step, source,
+                                 f"{job.task_id}/explore{k}"))
+                _advance(tracker, action, result.observation)
+                history.append((action, result.observation))
+                info = result.info
+                if result.done:
+                    break
+        game_file = str(Path(job.meta["root"]) / job.task_id / GAME_FILE)
+        rl = rl_row(scene, job, game_file, reset.observation, reset.info["admissible_commands"],
+                    reset.info["expert_action"] or "look", config.max_turns)
+        return JobResult(job=job, rows=rows, rl=rl, sft={"messages": demo[:-1], "task_id": job.task_id} if won else None,
+                         gold_score=1.0 if won else 0.0)

@@ -1,0 +1,99 @@
+"""The local responder of ALFWorld: the observation of an action wherever the tracked state decides it.
+
+Texts are the TWL2 grammar's (``alfred.twl2``): "You arrive at X. The X is closed.", "You open the X. The
+X is open. In it, you see ...", "You pick up the O from the R.", "You move the O to the R.", "You heat the
+O using the R.", "You turn on the L.", inventory, examine, look and help. A command that is not
+admissible gets the game's "Nothing happens.". None (ask the world model) where the state does not
+decide: what lies in a receptacle the row did not describe.
+"""
+
+from __future__ import annotations
+
+from textwm.envs.alfworld.scene import listed
+from textwm.envs.alfworld.tracker import MIDDLE, Tracker
+
+NOTHING_HAPPENS = "Nothing happens."
+HELP_TEXT = """Available commands:
+  look:                             look around your current location
+  inventory:                        check your current inventory
+  go to (receptacle):               move to a receptacle
+  open (receptacle):                open a receptacle
+  close (receptacle):               close a receptacle
+  take (object) from (receptacle):  take an object from a receptacle
+  move (object) to (receptacle):  place an object in or on a receptacle
+  examine (something):              examine a receptacle or an object
+  use (object):                     use an object
+  heat (object) with (receptacle):  heat an object using a receptacle
+  clean (object) with (receptacle): clean an object using a receptacle
+  cool (object) with (receptacle):  cool an object using a receptacle
+  slice (object) with (object):     slice an object using a sharp object"""
+
+
+def receptacle_view(t: Tracker, receptacle: str) -> str | None:
+    """What examining ``receptacle`` shows (None: its contents are unknown)."""
+    if t.is_closed(receptacle):
+        return f"The {receptacle} is closed."
+    if receptacle in t.unknown:
+        return None
+    items = listed(t.contents(receptacle))
+    rec = t.scene.receptacle(receptacle)
+    if rec is not None and rec.openable:
+        return f"The {receptacle} is open. In it, you see {items}."
+    return f"On the {receptacle}, you see {items}."
+
+
+def object_view(t: Tracker, obj: str) -> str:
+    states = t.states.get(obj, set())
+    if t.scene.can(obj, "toggleable"):
+        return f"This {obj} is {'on' if obj in t.toggled else 'off'}."
+    if "clean" in states and "hot" in states:
+        return f"This is a hot and clean {obj}."
+    if "clean" in states and "cool" in states:
+        return f"This is a cool and clean {obj}."
+    for state, word in (("hot", "hot"), ("clean", "clean"), ("cool", "cold")):
+        if state in states:
+            return f"This is a {word} {obj}."
+    return f"There's nothing special about {obj}."
+
+
+def respond(t: Tracker, action: str) -> str | None:
+    """The game's observation of ``action`` from the tracked state, None when the state does not decide it.
+
+    Does not change the tracker: the caller applies the action once the observation is recorded."""
+    admissible = t.admissible()
+    if admissible is None:
+        return None
+    if action not in admissible:
+        return NOTHING_HAPPENS
+    verb, _, rest = action.partition(" ")
+    if verb == "go":
+        view = receptacle_view(t, rest.removeprefix("to "))
+        return None if view is None else f"You arrive at {rest.removeprefix('to ')}. {view}"
+    if verb == "open":
+        if rest in t.unknown:
+            return None
+        return f"You open the {rest}. The {rest} is open. In it, you see {listed(t.contents(rest))}."
+    if verb == "close":
+        return f"You close the {rest}."
+    if verb == "take":
+        obj, _, rec = rest.partition(" from ")
+        return f"You pick up the {obj} from the {rec}."
+    if verb == "move":
+        obj, _, rec = rest.partition(" to ")
+        return f"You move the {obj} to the {rec}."
+    if verb in ("heat", "cool", "clean"):
+        obj, _, rec = rest.partition(" with ")
+        return f"You {verb} the {obj} using the {rec}."
+    if verb == "use":
+        return f"You turn on the {rest}."  # the grammar tests isToggled after the action set it: always "on"
+    if verb == "examine":
+        return receptacle_view(t, rest) if t.is_receptacle(rest) else object_view(t, rest)
+    if action == "inventory":
+        return f"You are carrying: a {t.holding}." if t.holding else "You are not carrying anything."
+    if action == "look":
+        if t.location is MIDDLE:
+            return "You are in the middle of a room. Looking quickly around you, you see nothing."
+        return f"You are facing the {t.location}. Next to it, you see nothing."
+    if action == "help":
+        return HELP_TEXT
+    return None
