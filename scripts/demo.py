@@ -27,7 +27,8 @@ def main() -> int:
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
     p.add_argument("--prompt-style", choices=("full", "compact"),
                    help=f"WM prompt layout (default: {defaults.prompt_style})")
-    p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps})")
+    p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps}; "
+                                                   "ALFWorld: 200)")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
     p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")
@@ -44,7 +45,7 @@ def main() -> int:
         if getattr(args, name):
             overrides[name] = tuple(getattr(args, name))
     try:
-        config = DemoConfig.smoke_test(**overrides) if args.smoke else DemoConfig(**overrides)
+        config = DemoConfig.create(smoke=args.smoke, **overrides)
     except ValueError as exc:
         p.error(str(exc))
 

@@ -83,12 +83,22 @@ class DemoConfig:
                              f"{', '.join(DEMO_BLOCKS)}; got {' '.join(self.families)}")
 
     @classmethod
+    def create(cls, *, smoke: bool = False, **overrides: Any) -> DemoConfig:
+        """The demo of ``overrides["env"]`` (default sciworld): the env builder's ``demo_defaults`` (its scale: an
+        ALFWorld WM prompt is ~3x a compact ScienceWorld one, so it trains fewer steps in the same minutes),
+        then the smoke setting if asked, then ``overrides``."""
+        env = overrides.get("env", "sciworld")
+        settings = dict(getattr(get_env(env).dataset_builder(), "demo_defaults", {}))
+        if smoke:
+            settings.update(smoke=True, tasks=("melt",) if env == "sciworld" else (), train_variations=1,
+                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, grpo_steps=1, grpo_turns=3,
+                            agent_episodes=2, agent_turns=4)
+        return cls(**{**settings, **overrides})
+
+    @classmethod
     def smoke_test(cls, **overrides: Any) -> DemoConfig:
         """An even smaller setting for CI (a few minutes)."""
-        small = dict(smoke=True, tasks=("melt",) if overrides.get("env", "sciworld") == "sciworld" else (),
-                     train_variations=1, explore_steps=6, train_steps=40,
-                     eval_rows=16, gen_length=24, grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4)
-        return cls(**{**small, **overrides})
+        return cls.create(smoke=True, **overrides)
 
 
 @dataclass

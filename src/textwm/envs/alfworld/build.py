@@ -19,7 +19,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from textwm.config import option
 from textwm.data.wm_message import wm_user_message
@@ -102,6 +102,8 @@ class AlfWorldBuilder:
     """:class:`~textwm.envs.build.DatasetBuilder` of ALFWorld."""
 
     config_class = AlfWorldBuildConfig
+    #: scripts/demo.sh --env alfworld: ~500 tokens a row (the scene in the prompt), so fewer steps than ScienceWorld's.
+    demo_defaults: ClassVar[dict[str, int]] = {"train_steps": 200, "eval_rows": 60}
     split_note = ("Splits follow the games' folders: train, dev = eval_in_distribution (seen floor plans), test = "
                   "eval_out_of_distribution (floor plans no other split has), so no game or unseen floor plan is shared.")
 

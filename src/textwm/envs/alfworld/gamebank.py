@@ -25,7 +25,7 @@ from textwm.config import ConfigError, option
 from textwm.envs.alfworld.alfred import TASK_TYPES
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
 from textwm.envs.alfworld.games import GAME_FILE, thor_class, write_game
-from textwm.envs.alfworld.generate import SPLITS, GameSpec, sample_scene, split_floor_plans
+from textwm.envs.alfworld.generate import SPLITS, GameSpec, can_host, sample_scene, split_floor_plans
 from textwm.envs.alfworld.scene import Scene
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ def _make_game(args: tuple[str, str, str, int, list[int]]) -> tuple[str | None, 
     """One solvable game of ``task_type`` in ``split``: (its task id or None, scenes the expert lost)."""
     root, split, task_type, seed, plans = args
     rng = random.Random(f"{seed}-{split}-{task_type}")
+    plans = [p for p in plans if can_host(task_type, p)]  # e.g. 2 of the 12 unseen floor plans have a desk lamp
+    if not plans:
+        return None, 0
     env = _worker_env(root)
     lost = 0
     for _ in range(ATTEMPTS):

@@ -77,6 +77,17 @@ def _receptacles(floor_plan: int, rng: random.Random) -> list[Receptacle]:
     return out
 
 
+def can_host(task_type: str, floor_plan: int) -> bool:
+    """Whether a floor plan has what the task type needs (its room type, a lamp, the appliance)."""
+    if room_type(floor_plan) not in alfred.constants().GOALS_VALID[task_type]:
+        return False
+    ids, classes = alfred.floor_plan(floor_plan)
+    present = {thor_name_class(i) for i in ids} | {c.lower() for c in classes}
+    if task_type == "look_at_obj_in_light":
+        return "desklamp" in present
+    return task_type not in APPLIANCE or APPLIANCE[task_type][0] in present
+
+
 @dataclass(frozen=True)
 class GameSpec:
     task_type: str
