@@ -27,7 +27,7 @@ from textwm.envs.alfworld import agent
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
 from textwm.envs.alfworld.gamebank import EXPERT_STEPS
 from textwm.envs.alfworld.games import GAME_FILE, read_scene
-from textwm.envs.alfworld.responder import NOTHING_HAPPENS, respond
+from textwm.envs.alfworld.responder import respond
 from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import wm_query_of
 from textwm.envs.alfworld.tracker import Tracker
@@ -75,13 +75,6 @@ def _row(scene: Scene, tracker: Tracker, history: list[tuple[str, str]], action:
                          {"role": "assistant", "content": observation}],
             "task_id": job.task_id, "task": job.family, "split": job.split, "floor_plan": scene.floor_plan,
             "episode": episode, "step": step, "source": source, "responder": respond(tracker, action)}
-
-
-def _advance(tracker: Tracker, action: str, observation: str) -> None:
-    admissible = tracker.admissible()
-    if admissible is not None and action in admissible and observation != NOTHING_HAPPENS:
-        tracker.apply(action)
-    tracker.learn(action, observation)
 
 
 def rl_row(scene: Scene, job: Job, game_file: str, first_observation: str, admissible: list[str], expert_first: str,
@@ -164,7 +157,7 @@ class AlfWorldBuilder:
             result = env.step(action)
             rows.append(_row(scene, tracker, history, action, result.observation, job, step, "expert",
                              f"{job.task_id}/expert"))
-            _advance(tracker, action, result.observation)
+            tracker.observe(action, result.observation)
             history.append((action, result.observation))
             demo += [{"role": "assistant", "content": agent.format_reply(action)},
                      {"role": "user", "content": agent.user_turn(result.observation, result.info["admissible_commands"])}]
@@ -186,7 +179,7 @@ class AlfWorldBuilder:
                 result = env.step(action)
                 rows.append(_row(scene, tracker, history, action, result.observation, job, step, source,
                                  f"{job.task_id}/explore{k}"))
-                _advance(tracker, action, result.observation)
+                tracker.observe(action, result.observation)
                 history.append((action, result.observation))
                 info = result.info
                 if result.done:

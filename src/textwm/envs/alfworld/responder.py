@@ -67,8 +67,9 @@ def respond(t: Tracker, action: str) -> str | None:
         return NOTHING_HAPPENS
     verb, _, rest = action.partition(" ")
     if verb == "go":
-        view = receptacle_view(t, rest.removeprefix("to "))
-        return None if view is None else f"You arrive at {rest.removeprefix('to ')}. {view}"
+        target = rest.removeprefix("to ")
+        view = receptacle_view(t, target)
+        return None if view is None else f"You arrive at {target}. {view}"
     if verb == "open":
         if rest in t.unknown:
             return None

@@ -112,8 +112,8 @@ def loop_detected(actions: Sequence[str]) -> bool:
 
 def penalty(actions: Sequence[str], observations: Sequence[str | None]) -> float:
     factor = 1.0
-    same = max((longest_run([x == y for x, y in zip(actions[1:], actions[:-1])]) + 1) if actions else 0, 0)
-    if same >= REPEAT_LIMIT:
+    same = longest_run([x == y for x, y in zip(actions[1:], actions[:-1])]) + 1  # the longest run of one action
+    if actions and same >= REPEAT_LIMIT:
         factor *= 0.7
     nothing = [(o or "").strip() == NOTHING for o in observations]
     if longest_run(nothing) >= NOTHING_STREAK_LIMIT:

@@ -43,7 +43,7 @@ def state_text(t: Tracker, history: list[tuple[str, str]]) -> str:
             changed.append(f"{obj} in {now}")
     changed += [f"{obj} is {' and '.join(sorted(s))}" for obj, s in sorted(t.states.items()) if s]
     changed += [f"{lamp} on" for lamp in sorted(t.toggled)]
-    opened_now = sorted(r for r in t.opened if not next(x for x in t.scene.receptacles if x.name == r).opened)
+    opened_now = sorted(r for r in t.opened if not t.scene.receptacle(r).opened)
     changed += [f"{r} open" for r in opened_now]
     lines = [f"Location: {'middle of the room' if t.location is MIDDLE else t.location}",
              f"Holding: {t.holding or 'nothing'}", f"Changed: {'; '.join(changed) or 'nothing'}", "Recent steps:"]
@@ -82,10 +82,7 @@ class AlfWorldEpisode:
         return wm_query_of(self.tracker, self.history(), action)
 
     def observe(self, action: str, observation: str, source: str) -> None:
-        admissible = self.tracker.admissible()
-        if admissible is not None and action in admissible and observation.strip() != "Nothing happens.":
-            self.tracker.apply(action)
-        self.tracker.learn(action, observation)
+        self.tracker.observe(action, observation)
         self.actions.append(action)
         self.observations.append(observation)
         self.sources.append(source)

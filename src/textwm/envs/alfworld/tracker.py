@@ -135,6 +135,14 @@ class Tracker:
         elif verb == "use":
             self.toggled.add(rest)
 
+    def observe(self, action: str, observation: str) -> None:
+        """Record an answered step: an admissible action the answer did not refuse changes the state, and an
+        answer that lists an unknown receptacle's contents makes them known."""
+        admissible = self.admissible()
+        if admissible is not None and action in admissible and observation.strip() != "Nothing happens.":
+            self.apply(action)
+        self.learn(action, observation)
+
     def learn(self, action: str, observation: str) -> None:
         """Learn the contents of an unknown receptacle from an observation that lists them."""
         target = None
