@@ -6,12 +6,18 @@ import logging
 import sys
 
 from textwm.demo import DemoConfig
+from textwm.envs import env_names, get_env
+
+
+def env_names_with_demo() -> list[str]:
+    return [n for n in env_names() if n != "toy" and hasattr(get_env(n).dataset_builder(), "demo_config")]
 
 
 def main() -> int:
     defaults = DemoConfig()
     p = argparse.ArgumentParser(prog="scripts/demo.sh", description=(
-        "Build WM data from a real env (ScienceWorld, or ALFWorld games generated offline), train a tiny AR and "
+        "Build WM data from a real env (ScienceWorld, ALFWorld games generated offline, or the AppWorld apps on "
+        "worlds generated offline), train a tiny AR and "
         "a tiny SDAR world model, score "
         "them, run GRPO of a tiny agent inside the SDAR world model (swift rlhf), evaluate the agent in the "
         "real env and the world model's fidelity, and write <out>/report.md. Resumable: a re-run skips "
@@ -19,16 +25,17 @@ def main() -> int:
     p.add_argument("--out", default=defaults.out, help="run folder (default: %(default)s)")
     p.add_argument("--smoke", action="store_true", help="an even smaller setting (CI, a few minutes)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
-    p.add_argument("--env", choices=("sciworld", "alfworld"), help=f"the env (default: {defaults.env})")
+    p.add_argument("--env", choices=env_names_with_demo(), help=f"the env (default: {defaults.env})")
     p.add_argument("--tasks", nargs="+", help="task types (default: the env's demo set; ScienceWorld: boil melt "
-                                               "find-living-thing test-conductivity; ALFWorld: all six)")
+                                               "find-living-thing test-conductivity; ALFWorld: all six; AppWorld: "
+                                               "all seven question kinds)")
     p.add_argument("--families", nargs="+", choices=("ar", "sdar", "wedlm"),
                    help=f"world-model families, sdar included (default: {' '.join(defaults.families)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
     p.add_argument("--prompt-style", choices=("full", "compact"),
                    help=f"WM prompt layout (default: {defaults.prompt_style})")
     p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps}; "
-                                                   "ALFWorld: 200)")
+                                                   "ALFWorld, AppWorld: 200)")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
     p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")

@@ -303,13 +303,18 @@ class Demo:
         c = self.config
         server, proxy, endpoint = self._stack()
         results = {}
+        # An env expert that reads only the conversation (AppWorld's) is a competent agent in both worlds: its
+        # Real / WM / W2R say how far the world model is from the real env for an agent that can do the tasks.
+        agents = {"agent_init": {"agent_path": str(self.path("agent_init"))},
+                  "agent_grpo": {"agent_path": str(self.path("agent_grpo"))}}
+        if get_env(c.env).conversation_expert:
+            agents["expert"] = {"agent": "expert"}
         try:
-            for name in ("agent_init", "agent_grpo"):
+            for name, agent in agents.items():
                 out = run(EvalConfig(mode="all", env=c.env, output_dir=str(self.path("agent_eval", name)),
-                                             rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
-                                             max_turns=c.agent_turns, workers=c.workers,
-                                             agent_path=str(self.path(name)), device="cpu", wm_endpoint=endpoint,
-                                             wm_max_tokens=c.gen_length))
+                                     rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                                     max_turns=c.agent_turns, workers=c.workers, device="cpu",
+                                     wm_endpoint=endpoint, wm_max_tokens=c.gen_length, **agent))
                 results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}
         finally:
             proxy.stop()

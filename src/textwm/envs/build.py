@@ -86,8 +86,8 @@ class JobResult:
     rl: dict[str, Any] | None
     #: An SFT demonstration (the gold run, when it succeeded), else None.
     sft: dict[str, Any] | None
-    #: Final score of the gold run.
-    gold_score: float
+    #: Final score of the gold run (None: the job has none, e.g. transitions from recorded demos).
+    gold_score: float | None
 
 
 class DatasetBuilder(Protocol):
@@ -203,7 +203,8 @@ def dataset_card(spec: EnvSpec, builder: DatasetBuilder, results: list[JobResult
         "per_source": dict(per_source),
         "length_words": {"prompt": _length_stats(prompt_words), "target": _length_stats(target_words)},
         "sft_demos": sum(r.sft is not None for r in results),
-        "gold_below_success": sorted(r.job.task_id for r in results if not spec.is_success(r.gold_score)),
+        "gold_below_success": sorted(r.job.task_id for r in results
+                                     if r.gold_score is not None and not spec.is_success(r.gold_score)),
     }
 
 

@@ -22,7 +22,7 @@ What a spec supplies:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -136,6 +136,8 @@ class EnvSpec:
     reset_options: ClassVar[tuple[str, ...]] = ()
     #: Config dataclass of a real env session (its fields become env-server flags); None: no options.
     session_config: ClassVar[type | None] = None
+    #: The env's expert reads only the conversation (:meth:`expert_reply_to`), so it plays in the world model too.
+    conversation_expert: ClassVar[bool] = False
 
     # --- rows ----------------------------------------------------------------------------------------
 
@@ -162,6 +164,8 @@ class EnvSpec:
                 raise DataError(self.missing_sim_task(task_id), field="sim_task")
             self.check_sim_task(sim_task)
         turns = row.get("max_turns")
+        if isinstance(turns, str) and turns.strip().isdigit():  # the paper's AppWorld rows write "8"
+            turns = int(turns)
         return TaskStart(task_id=task_id, family=self.family_of(task_id), messages=tuple(messages),
                          max_turns=int(turns) if isinstance(turns, (int, float)) and turns > 0 else None,
                          sim_task=sim_task, reset_options=self.reset_options_of(sim_task))
@@ -213,6 +217,11 @@ class EnvSpec:
         """Hook: the agent's next user message after a real-env step (default: the observation; ALFWorld adds
         the admissible commands from ``info``)."""
         return observation
+
+    def expert_reply_to(self, conversation: Sequence[Mapping[str, str]]) -> str | None:
+        """Hook: the reply of an expert that reads only the conversation so far (so it plays in the world model as
+        in the real env); None: the env has none, or it has no move here (default: none)."""
+        return None
 
     def expert_reply(self, info: Mapping[str, Any]) -> str | None:
         """Hook: the reply of the env's own expert given the latest reset / step info (None: the env has no expert,

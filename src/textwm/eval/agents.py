@@ -67,9 +67,10 @@ class SimpleAgent:
 
 
 class ExpertAgent:
-    """The env's own expert (ALFWorld's handcoded expert) as an agent: each reply is the expert's next action,
-    read from the env's latest reset / step info (:meth:`~textwm.envs.contract.EnvSpec.expert_reply`).
-    Real env only: a simulated episode has no expert."""
+    """The env's own expert as an agent. Each reply is the expert's next action: read from the conversation where
+    the env's expert needs nothing else (:meth:`~textwm.envs.contract.EnvSpec.expert_reply_to`, AppWorld's: it plays
+    in the world model too), else from the env's latest reset / step info (:meth:`~textwm.envs.contract.EnvSpec.
+    expert_reply`, ALFWorld's handcoded expert: real env only)."""
 
     #: The episode driver hands this agent each episode's env info (``reply_batch(..., infos=...)``).
     reads_env_info = True
@@ -78,14 +79,15 @@ class ExpertAgent:
         self.spec = spec
 
     def reply_batch(self, conversations: Sequence[Conversation], infos: Sequence[Any] = ()) -> list[str | AgentError]:
-        if len(infos) != len(conversations):
-            return [AgentError("the expert agent needs the env's info of every episode (real env only)")
-                    for _ in conversations]
         out: list[str | AgentError] = []
-        for info in infos:
-            reply = self.spec.expert_reply(info or {})
-            out.append(reply if reply is not None else
-                       AgentError(f"the {self.spec.name} expert has no action here (env info: {sorted(info or {})})"))
+        for i, conversation in enumerate(conversations):
+            reply = self.spec.expert_reply_to(conversation)
+            if reply is None and i < len(infos):
+                reply = self.spec.expert_reply(infos[i] or {})
+            if reply is None:
+                where = f"env info: {sorted(infos[i] or {})}" if i < len(infos) else "no env info (simulated episode)"
+                reply = AgentError(f"the {self.spec.name} expert has no action here ({where})")
+            out.append(reply)
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -52,8 +52,9 @@ class EvalConfig:
     agent_model: str = option("", "model id at --agent-url (default: the first one /v1/models lists)")
     agent_api_key: str = option("", "bearer token for --agent-url", env="OPENAI_API_KEY", secret=True)
     agent_path: str = option("", "agent as a local checkpoint folder (AR or SDAR)")
-    agent: str = option("", "expert: the env's own expert as the agent (real env only, e.g. ALFWorld's handcoded "
-                            "expert)", choices=("", "expert"))
+    agent: str = option("", "expert: the env's own expert as the agent (ALFWorld's handcoded expert: real env only; "
+                            "AppWorld's reads the conversation, so it plays in the world model too)",
+                        choices=("", "expert"))
     temperature: float = option(0.0, "agent sampling temperature (0: greedy)")
     top_p: float = option(1.0, "agent nucleus sampling")
     agent_max_tokens: int = option(256, "agent tokens per reply at most")
@@ -107,8 +108,9 @@ class EvalConfig:
             if sum(map(bool, (self.agent_url, self.agent_path, self.agent))) != 1:
                 raise ConfigError(f"{self.mode} needs exactly one agent: --agent-url (OpenAI-compatible endpoint), "
                                   "--agent-path (local checkpoint folder) or --agent expert")
-            if self.agent == "expert" and self.mode != "agent-real":
-                raise ConfigError("the expert plays the real env only: use it with agent-real", key="--agent")
+            if self.agent == "expert" and self.mode != "agent-real" and not get_env(self.env).conversation_expert:
+                raise ConfigError(f"the {self.env} expert plays the real env only: use it with agent-real",
+                                  key="--agent")
             if self.agent_path and not Path(self.agent_path).is_dir():
                 raise ConfigError(f"{self.agent_path} is not a checkpoint folder", key="--agent-path")
         if self.mode in ("agent-wm", "all") and not self.wm_endpoint:

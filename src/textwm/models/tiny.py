@@ -156,7 +156,9 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
 
 
 def chat_texts(rows: Iterable[dict]) -> Iterable[str]:
-    """Every message content of chat rows (tokenizer training corpus)."""
+    """Every message content of chat rows (tokenizer training corpus); ``messages`` a list or a JSON string."""
+    from textwm.data.schema import parse_messages
+
     for row in rows:
-        for message in row["messages"]:
+        for message in parse_messages(row["messages"]):
             yield message["content"]
