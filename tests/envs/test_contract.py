@@ -1,6 +1,7 @@
 """The env contract suite: every generic Stage-2 layer against every registered env.
 
-One parametrised case per env: the toy house (fast tier) and ScienceWorld (slow tier: real JVMs). Each
+One parametrised case per env: the toy house (fast tier), ScienceWorld (slow tier: real JVMs), ALFWorld
+(real games) and AppWorld (the real apps in their own interpreter, on generated worlds). Each
 case builds a small dataset with the env's own builder, then runs through the dataset plumbing, the
 real-env server and client, the Simulator with and without the local responder, the ms-swift scheduler
 and reward hooks, and the closed-loop evaluation (real / WM / W2R, and the CLI). The only env facts the
@@ -62,15 +63,33 @@ def _alfworld_config(out: Path) -> BuildConfig:
                                test_variations=1, explore_episodes=1, explore_steps=6, workers=1)
 
 
+def _appworld_config(out: Path) -> BuildConfig:
+    """Worlds generated offline, each played by the scripted expert and explored in the real apps (AppWorld's own
+    interpreter, made once if there is none); env workers find the rows through $TEXTWM_APPWORLD_ROWS."""
+    import os
+
+    from tests.envs.appworld.conftest import appworld_interpreter
+    from textwm.envs.appworld.apps_python import ENV_VAR
+    from textwm.envs.appworld.build import AppWorldBuildConfig
+    from textwm.envs.appworld.real import ROWS_ENV
+
+    os.environ[ENV_VAR] = appworld_interpreter()
+    os.environ[ROWS_ENV] = str(out / "data" / "rl_test.jsonl")
+    return AppWorldBuildConfig(out_dir=str(out / "data"), generate=60, train_variations=0, dev_variations=0,
+                               test_variations=1, explore_episodes=1, explore_steps=6, workers=1)
+
+
 #: env name -> the small build each case plays (its test split is what the suite evaluates).
 BUILDS = {
     "toy": lambda out: BuildConfig(out_dir=str(out), train_variations=1, dev_variations=0, test_variations=2,
                                    explore_episodes=1, explore_steps=6, workers=1),
     "sciworld": _sciworld_config,
     "alfworld": _alfworld_config,
+    "appworld": _appworld_config,
 }
 CASES = [pytest.param("toy", id="toy"), pytest.param("sciworld", id="sciworld", marks=pytest.mark.slow),
-         pytest.param("alfworld", id="alfworld", marks=pytest.mark.slow)]
+         pytest.param("alfworld", id="alfworld", marks=pytest.mark.slow),
+         pytest.param("appworld", id="appworld", marks=pytest.mark.slow)]
 
 
 @dataclass

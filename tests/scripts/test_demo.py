@@ -56,6 +56,25 @@ def test_alfworld_demo_smoke(repo, tmp_path):
         ["eval_out_of_distribution"] * 6 + ["train"] * 6
 
 
+@pytest.mark.slow
+def test_appworld_demo_smoke(repo, tmp_path):
+    """The same pipeline on worlds generated offline, in the real AppWorld apps (scripts/demo.sh --env appworld)."""
+    from tests.envs.appworld.conftest import appworld_interpreter
+    from textwm.envs.appworld.apps_python import ENV_VAR
+
+    out = tmp_path / "demo"
+    cmd = ["bash", str(repo / "scripts" / "demo.sh"), "--env", "appworld", "--smoke", "--out", str(out),
+           "--wm-port", str(free_port()), "--proxy-port", str(free_port())]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "PYTHON": sys.executable, ENV_VAR: appworld_interpreter()})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    for needle in ("real AppWorld env", "rewards/AppWorldReward/mean", "CR = W2R / Real"):
+        assert needle in report
+    card = json.loads((out / "data" / "dataset_card.json").read_text())
+    assert card["gold_below_success"] == [] and card["sft_demos"] > 0  # the expert answers every generated task
+
+
 def test_demo_resume_accepts_same_settings_and_names_changed_ones(tmp_path):
     from textwm.demo import Demo, DemoConfig
 

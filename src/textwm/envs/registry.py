@@ -14,6 +14,7 @@ from textwm.envs.contract import EnvSpec
 #: The built-in environments: one line each.
 BUILTIN: dict[str, str] = {
     "alfworld": "textwm.envs.alfworld.spec:AlfWorldSpec",
+    "appworld": "textwm.envs.appworld.spec:AppWorldSpec",
     "sciworld": "textwm.envs.sciworld.spec:SciWorldSpec",
 }
 

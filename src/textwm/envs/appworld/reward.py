@@ -1,0 +1,216 @@
+"""AppWorld's termination, score and GRPO reward, from the trajectory alone (after the paper's ``AppWorldReward``).
+
+A trajectory is the agent's calls (canonical ``[{"name", "parameters"}]`` JSON, None for an unparseable
+reply) and the responses (JSON text; an ``{"error": ...}`` object is a failed call). Nothing here asks
+an app: the same rules hold for real, local and world-model responses.
+
+* **Termination**: ``supervisor__complete_task`` ends the episode (``success`` when its answer is right,
+  else ``completed``); the same call twice in a row ends it (``repeat``).
+* **Question tasks** (a ``ground_truth``): the answer contains the ground truth (case and whitespace
+  folded) -> 1.0. A wrong number -> ``0.25 * (1 - min(|diff| / max(gt, 1), 1))``, at least the partial
+  credit; otherwise partial credit: 0.15 when a call returned records, 0.08 when one succeeded, 0.03 when
+  any was made.
+* **Action tasks** (no ground truth): ``0.6 * (successful calls / calls)`` + 0.1 when records came back;
+  + 0.2 when a login used the account's real credentials; completion + 0.3 after a successful
+  state-changing call (any non-GET API but login / logout), + 0.1 after any success, + 0.05 otherwise; not
+  completed x0.5.
+  Their success needs AppWorld's own state check, which the trajectory cannot give, so their score (the
+  reward) is capped at :data:`ACTION_SCORE_CAP`, below the success mark.
+* **Penalties** (both kinds, multiplied): no ``supervisor__show_account_passwords`` call x0.1;
+  placeholders passed as values (``your_username``, ``<song_id>``, ...) x0.2; JSON-schema fragments
+  passed as values (``{"type": "string"}``) x0.3; unknown tool names x ``max(0.1, 1 - share)``; more
+  than half of the calls repeating an earlier identical call x0.5 (action tasks).
+
+Differences from the paper, deliberate: state-changing calls come from the APIs' HTTP methods (the paper
+keeps a hand-written list that misses ``show_following_artists`` and others); the paper's keyword rule
+(x0.3 when the instruction says "unfollow" and any tool name contains "follow") is dropped, since it
+also fires on correct calls; the reply-format multiplier is not applied (the episode sees parsed calls).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from textwm.envs.contract import Outcome
+
+COMPLETE_TASK = "supervisor__complete_task"
+SHOW_PASSWORDS = "supervisor__show_account_passwords"
+SUCCESS_SCORE = 1.0
+ACTION_SCORE_CAP = 0.9
+UNPARSEABLE_LIMIT = 2
+
+_PLACEHOLDER = re.compile(
+    r"^<[^<>]+>$|^\{\{?[^{}]+\}\}?$|\byour[_ ](?:user ?name|password|email|token|access_token|venmo|spotify)\b|"
+    r"^(?:your|my|user)_[a-z_]+$|\bplaceholder\b|^xxx+$",
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    arguments: dict[str, Any]
+    response: Any
+    #: The response text did not parse as JSON.
+    malformed: bool
+
+    @property
+    def failed(self) -> bool:
+        return self.malformed or (isinstance(self.response, dict) and "error" in self.response)
+
+    @property
+    def returned_records(self) -> bool:
+        """A success that carries data: a non-empty list, or an object with ids / a non-empty list."""
+        if self.failed:
+            return False
+        r = self.response
+        if isinstance(r, list):
+            return bool(r)
+        return isinstance(r, dict) and any(
+            (isinstance(v, list) and v) or k == "id" or k.endswith("_id") for k, v in r.items())
+
+    @property
+    def signature(self) -> str:
+        return json.dumps([self.name, self.arguments], sort_keys=True, ensure_ascii=False)
+
+
+def read_call(action: str, observation: str | None) -> Call:
+    """One step of the trajectory (``action`` in the canonical form)."""
+    value = json.loads(action)
+    first = value[0] if isinstance(value, list) else value
+    try:
+        response, malformed = json.loads(observation or ""), False
+    except json.JSONDecodeError:
+        response, malformed = observation, True
+    return Call(first["name"], dict(first.get("parameters") or {}), response, malformed)
+
+
+def answer_matches(answer: str, ground_truth: str) -> bool:
+    fold = lambda s: " ".join(str(s).lower().split())  # noqa: E731
+    return bool(ground_truth.strip()) and fold(ground_truth) in fold(answer)
+
+
+def _bad_values(args: Any, test: Callable[[Any], bool]) -> bool:
+    if isinstance(args, dict):
+        if test(args):
+            return True
+        return any(_bad_values(v, test) for v in args.values())
+    if isinstance(args, list):
+        return any(_bad_values(v, test) for v in args)
+    return test(args)
+
+
+def _is_placeholder(v: Any) -> bool:
+    return isinstance(v, str) and bool(_PLACEHOLDER.search(v.strip()))
+
+
+def _is_schema(v: Any) -> bool:
+    if isinstance(v, dict):
+        return "type" in v and isinstance(v["type"], str)
+    return isinstance(v, str) and bool(re.search(r"""\{\s*['"]type['"]\s*:""", v))
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the reward needs to know beyond the trajectory: the task and the tools."""
+
+    ground_truth: str
+    #: Account passwords per app (a login with them is "real credential use").
+    credentials: dict[str, tuple[str, str]]
+    #: Is this a known tool?
+    known: Callable[[str], bool]
+    #: Does this tool change state (its API is not a GET)?
+    changes_state: Callable[[str], bool]
+
+
+def episode_outcome(rules: Rules, actions: Sequence[str | None], observations: Sequence[str | None]) -> Outcome:
+    """Termination, score and reward of a trajectory (see the module docstring)."""
+    calls = [read_call(a, o) for a, o in zip(actions, observations) if a is not None]
+    reason = None
+    completed = next((c for c in calls if c.name == COMPLETE_TASK), None)
+    if completed is not None:
+        answer = str(completed.arguments.get("answer", ""))
+        reason = "success" if answer_matches(answer, rules.ground_truth) else "completed"
+    elif len(calls) >= 2 and calls[-1].signature == calls[-2].signature:
+        reason = "repeat"
+    working = [c for c in calls if c.name != COMPLETE_TASK]
+    if rules.ground_truth.strip():
+        score = _question_score(rules.ground_truth, completed, working)
+        reward = score * _penalty(rules, calls)
+    else:
+        reward = _action_reward(rules, completed, working, calls)
+        score = min(reward, ACTION_SCORE_CAP)
+    return Outcome(reason is not None, reason, score, reward=min(reward, 1.0))
+
+
+def _partial(working: Sequence[Call]) -> float:
+    if any(c.returned_records for c in working):
+        return 0.15
+    if any(not c.failed for c in working):
+        return 0.08
+    return 0.03 if working else 0.0
+
+
+def _question_score(ground_truth: str, completed: Call | None, working: Sequence[Call]) -> float:
+    partial = _partial(working)
+    if completed is None:
+        return partial
+    answer = str(completed.arguments.get("answer", ""))
+    if answer_matches(answer, ground_truth):
+        return SUCCESS_SCORE
+    gt = ground_truth.strip()
+    numbers = [int(n) for n in re.findall(r"-?\d+", answer)]
+    if gt.lstrip("-").isdigit() and numbers:
+        target = int(gt)
+        diff = min(abs(n - target) for n in numbers)
+        return max(0.25 * (1 - min(diff / max(abs(target), 1), 1.0)), partial)
+    return partial
+
+
+def _penalty(rules: Rules, calls: Sequence[Call]) -> float:
+    factor = 1.0
+    if calls and not any(c.name == SHOW_PASSWORDS for c in calls):
+        factor *= 0.1
+    if any(_bad_values(c.arguments, _is_placeholder) for c in calls):
+        factor *= 0.2
+    if any(_bad_values(c.arguments, _is_schema) for c in calls):
+        factor *= 0.3
+    if calls:
+        unknown = sum(not rules.known(c.name) for c in calls)
+        factor *= max(0.1, 1 - unknown / len(calls))
+    return factor
+
+
+def _action_reward(rules: Rules, completed: Call | None, working: Sequence[Call], calls: Sequence[Call]) -> float:
+    if not calls:
+        return 0.0
+    successes = [c for c in working if not c.failed]
+    reward = 0.6 * len(successes) / len(working) if working else 0.05
+    if any(c.returned_records for c in working):
+        reward += 0.1
+    seen: set[str] = set()
+    repeats = 0
+    for c in calls:
+        repeats += c.signature in seen
+        seen.add(c.signature)
+    if len(calls) > 2 and repeats > len(calls) / 2:
+        reward *= 0.5
+    if any(c.name.endswith("__login") and not c.failed and _real_login(rules, c) for c in working):
+        reward += 0.2
+    if completed is not None:
+        if any(rules.changes_state(c.name) for c in successes):
+            reward += 0.3
+        else:
+            reward += 0.1 if successes else 0.05
+    else:
+        reward *= 0.5
+    return max(0.0, reward * _penalty(rules, calls))
+
+
+def _real_login(rules: Rules, call: Call) -> bool:
+    app = call.name.split("__", 1)[0]
+    account = rules.credentials.get(app)
+    return account is not None and (call.arguments.get("username"), call.arguments.get("password")) == account

@@ -1,0 +1,111 @@
+"""AppWorld as a :class:`~textwm.envs.contract.SimEpisode`: the row's world, the apps logged in to, the calls.
+
+The local responder (:mod:`~textwm.envs.appworld.responder`) answers what the world decides; the world
+model the rest (:mod:`~textwm.envs.appworld.wm_prompt`). A world-model answer that is not JSON reaches the
+agent as it is and is counted (``malformed``); the reward scores it as a failed call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from textwm.envs.appworld import agent, tools
+from textwm.envs.appworld.responder import logged_in_after, respond
+from textwm.envs.appworld.reward import Rules, episode_outcome
+from textwm.envs.appworld.wm_prompt import wm_query
+from textwm.envs.appworld.world import World
+from textwm.envs.contract import Outcome, WMQuery
+
+log = logging.getLogger(__name__)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
+def clean_response(text: str) -> str:
+    """A response as the agent gets it: think blocks and ``<tool_response>`` tags of a WM answer dropped."""
+    return agent.unwrap_tool_response(_THINK.sub("", text or "").strip())
+
+
+def rules_of(world: World) -> Rules:
+    known = tools.catalog()
+    return Rules(ground_truth=world.ground_truth,
+                 credentials={a.app: (a.username, a.password) for a in world.accounts},
+                 known=lambda name: name in known,
+                 changes_state=lambda name: name in known and known[name].changes_state
+                 and known[name].api not in ("login", "logout"))
+
+
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+@dataclass
+class AppWorldEpisode:
+    world: World
+    logged_in: list[str] = field(default_factory=list)
+    #: Canonical calls in order (None for an unparseable reply) and their responses.
+    actions: list[str | None] = field(default_factory=list)
+    observations: list[str | None] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    #: World-model responses that were not JSON.
+    malformed: int = 0
+
+    @classmethod
+    def start(cls, world: World) -> AppWorldEpisode:
+        return cls(world=world)
+
+    def history(self) -> list[tuple[str, str]]:
+        return [(a, o) for a, o in zip(self.actions, self.observations) if a is not None and o is not None]
+
+    # --- SimEpisode protocol --------------------------------------------------------------------------
+
+    def local_answer(self, action: str) -> str | None:
+        name, arguments = agent.action_call(action)
+        return respond(self.world, self.logged_in, name, arguments)
+
+    def wm_query(self, action: str) -> WMQuery:
+        name, _ = agent.action_call(action)
+        return wm_query(self.world, self.logged_in, self.history(), action, name)
+
+    def observe(self, action: str, observation: str, source: str) -> None:
+        observation = clean_response(observation)
+        if source != "local" and not is_json(observation):
+            self.malformed += 1
+            log.warning("AppWorld: the world model's answer to %s is not JSON (%d in this episode; scored as a failed "
+                        "call): %r", action[:120], self.malformed, observation[:200])
+        name, _ = agent.action_call(action)
+        app, api = tools.split_name(name)
+        change = logged_in_after(app, api, observation)
+        if change is True and app not in self.logged_in:
+            self.logged_in.append(app)
+        elif change is False and app in self.logged_in:
+            self.logged_in.remove(app)
+        self.actions.append(action)
+        self.observations.append(observation)
+        self.sources.append(source)
+
+    def agent_message(self, observation: str) -> str:
+        return agent.tool_response_message(clean_response(observation))
+
+    def unparseable(self) -> None:
+        self.actions.append(None)
+        self.observations.append(None)
+
+    def outcome(self) -> Outcome:
+        return episode_outcome(rules_of(self.world), self.actions, self.observations)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world": self.world.to_dict(), "logged_in": list(self.logged_in), "actions": list(self.actions),
+                "observations": list(self.observations), "sources": list(self.sources), "malformed": self.malformed}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AppWorldEpisode:
+        return cls(world=World.from_dict(d["world"]), logged_in=list(d["logged_in"]), actions=list(d["actions"]),
+                   observations=list(d["observations"]), sources=list(d["sources"]), malformed=int(d["malformed"]))

@@ -1,0 +1,121 @@
+"""AppWorld's env spec: what the generic Stage-2 layers need to know about AppWorld, in one place.
+
+* rows: the paper's ``appworld_rl_split_clean.jsonl`` rows as they are (``task_id``, ``messages`` as a list or
+  a JSON string, ``instruction``, ``ground_truth``, ``wm_system_prompt``, ``max_turns``); the world is read from
+  ``wm_system_prompt`` (:mod:`~textwm.envs.appworld.world`); families are AppWorld scenarios (``692c77d`` of
+  ``692c77d_2``);
+* agent side: one tool call per reply in any backbone's form (:mod:`~textwm.envs.appworld.calls`), answered
+  as ``<tool_response>...</tool_response>``; two unparseable replies in a row end an episode;
+* simulator: :class:`~textwm.envs.appworld.sim.AppWorldEpisode`; ``APPWORLD_WM_GUARD=0`` sends every call to
+  the world model;
+* reward: :mod:`~textwm.envs.appworld.reward` (the answer against ``ground_truth``, credentials, placeholders,
+  repeats); success: a question task answered right;
+* real env: :class:`~textwm.envs.appworld.real.AppWorldEnv`, the installed AppWorld apps in their own
+  interpreter, on a database seeded from the row's records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from textwm.data.jsonl import DataError
+from textwm.envs.appworld import agent, reward
+from textwm.envs.appworld.real import AppWorldSessionConfig
+from textwm.envs.appworld.sim import AppWorldEpisode
+from textwm.envs.appworld.world import World, parse_world
+from textwm.envs.contract import EnvSpec, TaskStart
+from textwm.envs.protocol import BadRequest, EnvSession
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class AppWorldSpec(EnvSpec):
+    name = "appworld"
+    title = "AppWorld"
+    class_prefix = "AppWorld"
+    guard_env = "APPWORLD_WM_GUARD"
+    unparseable_limit = reward.UNPARSEABLE_LIMIT
+    invalid_reply_hint = ('You must reply with exactly one tool call and no prose, as this JSON array: '
+                          '[{"name": "tool_name", "parameters": {"param": "value"}}]')
+    agent_system_prompt = agent.AGENT_SYSTEM_PROMPT
+    default_max_turns = agent.DEFAULT_MAX_TURNS
+    success_score = reward.SUCCESS_SCORE
+    session_config = AppWorldSessionConfig
+    conversation_expert = True
+
+    # --- rows ----------------------------------------------------------------------------------------
+
+    def check_task_id(self, task_id: str) -> None:
+        if not _TASK_ID.match(task_id):
+            raise BadRequest(f"task id {task_id!r} must be an AppWorld task id such as {self.example_task_id()!r}")
+
+    def family_of(self, task_id: str) -> str:
+        return task_id.rsplit("_", 1)[0] if "_" in task_id else task_id
+
+    def example_task_id(self) -> str:
+        return "692c77d_2"
+
+    def sim_task_of(self, row: Mapping[str, Any]) -> World | None:
+        text = row.get("wm_system_prompt")
+        if text is None:
+            return None
+        truth = row.get("ground_truth") or ""
+        if not isinstance(truth, (str, int, float)):
+            raise DataError(f"'ground_truth' must be a string, got {type(truth).__name__}", field="ground_truth")
+        instruction = row.get("instruction") or ""
+        return parse_world(text, ground_truth=str(truth), instruction=str(instruction))
+
+    def missing_sim_task(self, task_id: str) -> str:
+        return (f"row {task_id!r} has no 'wm_system_prompt': the simulator needs the user's accounts and app records "
+                "(the paper's appworld_rl_split rows carry them; appworld/build_wm_dataset.py writes such rows)")
+
+    # --- agent side, simulator ------------------------------------------------------------------------
+
+    def parse_action(self, reply: str) -> str | None:
+        return agent.parse_action(reply)
+
+    def agent_message(self, observation: str, info: Mapping[str, Any]) -> str:
+        return agent.tool_response_message(observation)
+
+    def expert_reply_to(self, conversation: Sequence[Mapping[str, str]]) -> str | None:
+        """The scripted expert's next call from the conversation alone (generated question tasks; None for others)."""
+        from textwm.envs.appworld import expert
+
+        messages = [m for m in conversation if m["role"] != "system"]
+        if not messages or messages[0]["role"] != "user":
+            return None
+        history = []
+        for reply, response in zip(messages[1::2], messages[2::2]):
+            action = agent.parse_action(reply["content"])
+            if action is not None:
+                history.append((action, agent.unwrap_tool_response(response["content"])))
+        return expert.next_call(messages[0]["content"], history)
+
+    def start_episode(self, start: TaskStart) -> AppWorldEpisode:
+        return AppWorldEpisode.start(start.sim_task)
+
+    def episode_from_dict(self, data: Mapping[str, Any]) -> AppWorldEpisode:
+        return AppWorldEpisode.from_dict(dict(data))
+
+    # --- real env -------------------------------------------------------------------------------------
+
+    def open_session(self, config: AppWorldSessionConfig | None = None) -> EnvSession:
+        from textwm.envs.appworld.real import AppWorldEnv
+
+        return AppWorldEnv(config)
+
+    def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any,
+                     config: AppWorldSessionConfig | None = None) -> AppWorldSessionConfig:
+        """The rows file is what the real env seeds its worlds from."""
+        from dataclasses import replace
+
+        config = config or AppWorldSessionConfig()
+        rows = [*config.rows, rows_path] if rows_path not in config.rows else list(config.rows)
+        return replace(config, rows=rows)
+
+    def dataset_builder(self) -> Any:
+        from textwm.envs.appworld.build import AppWorldBuilder
+
+        return AppWorldBuilder()
