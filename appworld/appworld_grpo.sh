@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # AppWorld's GRPO defaults (the paper's: 10 turns, 8 generations, temperature 0.9, top-p 0.95, 512 completion
-# tokens, grad norm 0.5, constant LR, save every 10 steps), then the shared GRPO launcher. Run a model launcher
+# tokens, WM answers of up to 2048 tokens, grad norm 0.5, constant LR, save every 10 steps), then the shared
+# GRPO launcher. Run a model launcher
 # (run_qwen_grpo.sh, run_lfm25_grpo.sh, run_mistral_grpo.sh), which exports the model's knobs and execs this.
 # Every knob is an environment variable; extra arguments go to the swift command line.
 set -euo pipefail
@@ -13,6 +14,7 @@ export TOP_P="${TOP_P:-0.95}"
 export MAX_GRAD_NORM="${MAX_GRAD_NORM:-0.5}"
 export LR_SCHED="${LR_SCHED:-constant}"
 export MAX_COMPLETION_LENGTH="${MAX_COMPLETION_LENGTH:-512}"
+export WM_MAX_TOKENS="${WM_MAX_TOKENS:-2048}"   # listing responses run to thousands of characters
 export MAX_LENGTH="${MAX_LENGTH:-16384}"
 export VLLM_MAX_MODEL_LEN="${VLLM_MAX_MODEL_LEN:-$MAX_LENGTH}"
 export SAVE_STEPS="${SAVE_STEPS:-10}"

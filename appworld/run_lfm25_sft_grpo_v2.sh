@@ -17,11 +17,11 @@ SFT_DATA="${SFT_DATA:?set SFT_DATA to the demos (e.g. ../shared/data/appworld_sf
 SFT_OUTPUT_DIR="${SFT_OUTPUT_DIR:-$HERE/../runs/appworld/appworld_lfm25_sft}"
 SFT_LR="${SFT_LR:-2e-5}"
 SFT_EPOCHS="${SFT_EPOCHS:-3}"
-read -r -a SFT_EXTRA <<< "${SFT_ARGS:-}"
+read -r -a SFT_EXTRA <<< "${SFT_ARGS:-}"   # whitespace-separated; no argument with spaces
 
 DATA="$SFT_DATA" OUTPUT_DIR="$SFT_OUTPUT_DIR" LR="$SFT_LR" EPOCHS="$SFT_EPOCHS" \
-  bash "$HERE/run_lfm25_sft.sh" "${SFT_EXTRA[@]}"
-CHECKPOINT="$(ls -d "$SFT_OUTPUT_DIR"/v*/checkpoint-* 2>/dev/null | sort -V | tail -n 1)"
+  bash "$HERE/run_lfm25_sft.sh" ${SFT_EXTRA[@]+"${SFT_EXTRA[@]}"}
+CHECKPOINT="$( { ls -d "$SFT_OUTPUT_DIR"/v*/checkpoint-* 2>/dev/null || true; } | sort -V | tail -n 1)"
 if [ -z "$CHECKPOINT" ]; then
   echo "run_lfm25_sft_grpo_v2.sh: no checkpoint under $SFT_OUTPUT_DIR after the SFT run" >&2
   exit 2

@@ -73,7 +73,11 @@ class GoldWM:
 
     def __init__(self, wm_rows: Sequence[dict], fallback: Callable[[str], str | None] | None = None,
                  refusal: str = "No known action matches that input."):
+        # Keyed by (state, action) and, where worlds share states (AppWorld: the world is in the system prompt),
+        # by (system prompt, state, action) first.
         self.table = {split_wm_user_message(r["messages"][1]["content"]): r["messages"][2]["content"] for r in wm_rows}
+        self.by_system = {(r["messages"][0]["content"], *split_wm_user_message(r["messages"][1]["content"])):
+                          r["messages"][2]["content"] for r in wm_rows}
         self.fallback, self.refusal = fallback, refusal
         self.server = ScriptedServer(self._respond)
         self.url = self.server.url + "/"
@@ -82,7 +86,9 @@ class GoldWM:
         if method == "GET":
             return 200, {"status": "ok"}, 0
         inp = body["input"]
-        obs = self.table.get((inp["state"], inp["action"]))
+        obs = self.by_system.get((inp.get("system_prompt"), inp["state"], inp["action"]))
+        if obs is None:
+            obs = self.table.get((inp["state"], inp["action"]))
         if obs is None and self.fallback is not None:
             obs = self.fallback(inp["action"])
         return 200, {"generated_text": obs or self.refusal, "usage": {}}, 0

@@ -51,9 +51,10 @@ def test_answers_the_world_decides():
 def test_the_world_model_answers_the_rest():
     assert respond(WORLD, ["spotify"], "spotify__show_song_library", {"page_index": 0}) is None
     assert respond(WORLD, [], "venmo__login", {"username": fx.EMAIL, "password": "x"}) is not None
-    assert respond(WORLD, [], "gmail__login", {"username": fx.EMAIL, "password": "x"}) is None  # no account known
-    # the phone account exists but its password is listed nowhere: every login fails, as in the paper's demos
+    # the phone (gmail, ...) account exists but its password is listed nowhere: every login fails, as in the demos
     assert "Invalid credentials" in respond(WORLD, [], "phone__login", {"username": "5550101234", "password": "x"})
+    assert "Invalid credentials" in respond(WORLD, [], "gmail__login", {"username": fx.EMAIL, "password": "x"})
+    assert "Invalid API name 'login'" in respond(WORLD, [], "login", {})
 
 
 def test_agreement_with_the_real_responses_of_a_demo():

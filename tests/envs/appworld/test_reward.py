@@ -6,8 +6,7 @@ import pytest
 
 from tests.envs.appworld import fixtures as fx
 from textwm.envs.appworld.responder import COMPLETE_TASK_RESPONSE
-from textwm.envs.appworld.reward import ACTION_SCORE_CAP, answer_matches, episode_outcome
-from textwm.envs.appworld.sim import rules_of
+from textwm.envs.appworld.reward import ACTION_SCORE_CAP, answer_matches, episode_outcome, rules_of
 from textwm.envs.appworld.world import parse_world
 
 WORLD = parse_world(fx.WORLD_TEXT, ground_truth="Salt and Cedar")
@@ -71,3 +70,16 @@ def test_action_tasks_score_below_success_and_reward_state_changes():
 def test_answer_matching_folds_case_and_space():
     assert answer_matches("The longest is  salt AND cedar.", "Salt and Cedar")
     assert not answer_matches("anything", "")
+
+
+def test_numbers_must_be_the_answer_not_among_many():
+    assert answer_matches("24", "24") and answer_matches("There are 24 songs.", "24")
+    assert not answer_matches("124", "24") and not answer_matches("240 songs", "24")
+    assert not answer_matches("0 1 2 3 24 99", "24")
+    assert not answer_matches("Salt and Cedars", "Salt and Cedar") and answer_matches("salt and cedar!", "Salt and Cedar")
+
+
+def test_a_refused_complete_task_completes_nothing():
+    refused = [*fx.DEMO_STEPS, (fx.FINAL, '{"error": "Response status code is 422:\\n{\\"message\\":\\"x\\"}"}')]
+    result = episode_outcome(rules_of(WORLD), [a for a, _ in refused], [o for _, o in refused])
+    assert not result.done and result.score < 1.0

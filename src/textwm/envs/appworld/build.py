@@ -9,7 +9,8 @@ text of :mod:`~textwm.envs.appworld.wm_prompt`, so training rows and simulator q
   e.g. the paper's 34) or generated offline (``--generate N``, :mod:`~textwm.envs.appworld.generate`). Each
   world is played by the expert when its task is a generated question (its run is the SFT demo when it
   answers right), then explored: passwords, a wrong and the right login per app, a call before login,
-  every listing API of the app, lookups by ids the listings returned, a missing argument, an unknown API.
+  up to 4 listing APIs of the app, lookups by ids the listings returned, a missing argument, an unknown API
+  (``--explore-steps`` x ``--explore-episodes`` calls in all, one exploration per world).
 
 Every transition keeps what the local responder says to the same call from the same state
 (``responder``; None where it defers to the WM), so each dataset also measures the responder.
@@ -31,11 +32,12 @@ from textwm.config import option
 from textwm.data.jsonl import read_jsonl
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.appworld import agent, expert, tools
+from textwm.envs.appworld.calls import canonical
 from textwm.envs.appworld.demos import read_demo, world_of_demo
 from textwm.envs.appworld.generate import generate_rows
-from textwm.envs.appworld.responder import logged_in_after, respond
+from textwm.envs.appworld.responder import respond, track_login
 from textwm.envs.appworld.wm_prompt import wm_query
-from textwm.envs.appworld.world import World, parse_world
+from textwm.envs.appworld.world import World, world_of_row
 from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
 
 SPLITS_BY_HASH = ("test", "dev")  # hash % 10 == 0 -> test, == 1 -> dev, else train
@@ -94,18 +96,12 @@ class Recorder:
     def record(self, action: str, response: str, source: str) -> None:
         self.rows.append(transition(self.world, self.logged_in, self.history, action, response, self.job,
                                     len(self.history), source))
-        name, _ = agent.action_call(action)
-        app, api = tools.split_name(name)
-        change = logged_in_after(app, api, response)
-        if change is True and app not in self.logged_in:
-            self.logged_in.append(app)
-        elif change is False and app in self.logged_in:
-            self.logged_in.remove(app)
+        track_login(self.logged_in, agent.action_call(action)[0], response)
         self.history.append((action, response))
 
 
 def _call(name: str, **parameters: Any) -> str:
-    return json.dumps([{"name": name, "parameters": parameters}])
+    return canonical(name, parameters)
 
 
 def exploration(world: World, rng: random.Random) -> list[str]:
@@ -221,8 +217,7 @@ class AppWorldBuilder:
 
     def _world_job(self, env: Any, job: Job, config: BuildConfig) -> JobResult:
         row = job.meta["row"]
-        world = parse_world(row["wm_system_prompt"], ground_truth=str(row.get("ground_truth") or ""),
-                            instruction=str(row.get("instruction") or ""))
+        world = world_of_row(row)
         rows, sft, gold = [], None, None
         if world.instruction in expert.TASKS:
             rec, score = Recorder(world, job), 0.0
@@ -269,7 +264,6 @@ class _LazyEnv:
 
     def __init__(self) -> None:
         self.env: Any = None
-        self.rows: list[str] = []
 
     def get(self, job: Job, config: BuildConfig) -> Any:
         from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig

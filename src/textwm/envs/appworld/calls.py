@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _LFM = re.compile(r"<\|tool_call_start\|>\s*(.*?)\s*(?:<\|tool_call_end\|>|$)", re.DOTALL)
@@ -41,14 +41,19 @@ class ToolCall:
     arguments: dict[str, Any] = field(default_factory=dict)
     #: The output form it was read from (``json``, ``hermes``, ``mistral``, ``pythonic``).
     form: str = "json"
-    #: The text needed a repair to load (counted by the simulator).
+    #: The text needed a repair to load.
     repaired: bool = False
-    #: Further calls in the same reply, not executed.
+    #: Further calls in the same reply, not executed (the rows ask for one call per turn).
     extra_calls: int = 0
 
     def canonical(self) -> str:
         """The call in the rows' format: what an SFT demo's assistant turn holds and the WM is shown."""
-        return json.dumps([{"name": self.name, "parameters": self.arguments}], ensure_ascii=False)
+        return canonical(self.name, self.arguments)
+
+
+def canonical(name: str, arguments: dict[str, Any] | None = None) -> str:
+    """``[{"name": ..., "parameters": {...}}]``: the one text of a call (actions, WM prompts, demos)."""
+    return json.dumps([{"name": name, "parameters": arguments or {}}], ensure_ascii=False)
 
 
 class ParseError(ValueError):
@@ -57,7 +62,7 @@ class ParseError(ValueError):
 
 def parse_tool_call(reply: str) -> ToolCall:
     """The first tool call in ``reply``; :class:`ParseError` saying why when there is none."""
-    text = _THINK.sub("", reply or "").strip()
+    text = THINK.sub("", reply or "").strip()
     if not text:
         raise ParseError("the reply is empty")
     if fence := _FENCE.search(text):
@@ -103,7 +108,16 @@ def _from_value(value: Any, form: str, repaired: bool) -> ToolCall:
         args = {}
     if not isinstance(args, dict):
         raise ParseError(f"the parameters of {name!r} must be a JSON object, got {type(args).__name__}")
-    return ToolCall(name.strip(), args, form, repaired, len(calls) - 1)
+    return _checked(ToolCall(name.strip(), args, form, repaired, len(calls) - 1))
+
+
+def _checked(call: ToolCall) -> ToolCall:
+    """The call, if its arguments are JSON (Python syntax can write sets, complex numbers, ...)."""
+    try:
+        call.canonical()
+    except (TypeError, ValueError):
+        raise ParseError(f"the arguments of {call.name!r} are not JSON values: {call.arguments!r:.120}") from None
+    return call
 
 
 def _load(text: str) -> tuple[Any, bool]:
@@ -122,7 +136,7 @@ def _load(text: str) -> tuple[Any, bool]:
             continue
     try:  # Python dict/list syntax as a last resort (single quotes inside strings, etc.)
         return ast.literal_eval(_close_brackets(text)), True
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise ParseError(f"the tool call is not valid JSON and could not be repaired: {text[:120]!r}") from None
 
 
@@ -187,6 +201,6 @@ def _pythonic(text: str) -> ToolCall:
         raise ParseError(f"{name}: pass arguments by name (name=value), not by position")
     try:
         args = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
-    except ValueError:
+    except (ValueError, TypeError):
         raise ParseError(f"{name}: argument values must be literals (strings, numbers, lists, ...)") from None
-    return ToolCall(name, args, "pythonic", False, len(calls) - 1)
+    return _checked(ToolCall(name, args, "pythonic", False, len(calls) - 1))

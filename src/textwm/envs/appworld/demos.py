@@ -21,8 +21,8 @@ from typing import Any
 
 from textwm.data.jsonl import DataError
 from textwm.data.schema import parse_messages
-from textwm.envs.appworld import agent, tools
-from textwm.envs.appworld.responder import logged_in_after, respond
+from textwm.envs.appworld import agent
+from textwm.envs.appworld.responder import respond, track_login
 from textwm.envs.appworld.reward import SHOW_PASSWORDS
 from textwm.envs.appworld.world import World, parse_world
 
@@ -149,10 +149,5 @@ def responder_agreement(demos: Iterable[Demo]) -> Agreement:
                 else:
                     result.disagreements.append({"task_id": demo.task_id, "action": step.action, "ours": ours,
                                                  "real": step.response})
-            app, api = tools.split_name(name)
-            change = logged_in_after(app, api, step.response)
-            if change is True and app not in logged_in:
-                logged_in.append(app)
-            elif change is False and app in logged_in:
-                logged_in.remove(app)
+            track_login(logged_in, name, step.response)
     return result

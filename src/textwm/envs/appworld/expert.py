@@ -14,12 +14,16 @@ know or once it has answered.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from textwm.envs.appworld.agent import action_call
+from textwm.envs.appworld.calls import canonical
 from textwm.envs.appworld.reward import COMPLETE_TASK, SHOW_PASSWORDS
+
+log = logging.getLogger(__name__)
 
 PAGE_LIMIT = 20
 #: Pages of one listing at most (a world model may never answer an empty page).
@@ -27,7 +31,12 @@ MAX_PAGES = 10
 
 
 def _call(name: str, **parameters: Any) -> str:
-    return json.dumps([{"name": name, "parameters": parameters}])
+    return canonical(name, parameters)
+
+
+def _give_up(instruction: str, why: str) -> str:
+    log.warning("AppWorld expert gives up on %r: %s", instruction[:80], why)
+    return _call(COMPLETE_TASK, answer="")
 
 
 def _longest(items: list[dict], _: dict) -> str:
@@ -78,7 +87,7 @@ def next_call(instruction: str, history: Sequence[tuple[str, str]]) -> str | Non
     login = f"{app}__login"
     logins = [r for (name, _), r in calls if name == login]
     if account is None or (len(logins) > 1 and not any(isinstance(r, dict) and "access_token" in r for r in logins)):
-        return _call(COMPLETE_TASK, answer="")  # no way in: give up (a world model may answer anything)
+        return _give_up(instruction, "no account for the app in the passwords, or two logins failed")
     if not any(isinstance(r, dict) and "access_token" in r for r in logins):
         return _call(login, username=account.get("username"), password=account.get("password"))
     pages = [r for (name, _), r in calls if name == f"{app}__{listing}"]
@@ -95,8 +104,8 @@ def next_call(instruction: str, history: Sequence[tuple[str, str]]) -> str | Non
             return _call("spotify__show_song", song_id=missing[0])
     try:
         return _call(COMPLETE_TASK, answer=answer(items, details))
-    except (KeyError, TypeError, ValueError, StopIteration):  # records without the fields the answer needs
-        return _call(COMPLETE_TASK, answer="")
+    except (KeyError, TypeError, ValueError, StopIteration) as exc:  # records without the fields the answer needs
+        return _give_up(instruction, f"the listing lacks what the answer needs ({type(exc).__name__}: {exc})")
 
 
 def _json(text: str) -> Any:

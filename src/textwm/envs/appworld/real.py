@@ -29,10 +29,10 @@ from typing import Any
 from textwm.config import option
 from textwm.data.jsonl import DataError, read_jsonl
 from textwm.envs.appworld.apps_python import AppsRunner, find_appworld_python, read_api_specs
-from textwm.envs.appworld.reward import COMPLETE_TASK, SHOW_PASSWORDS, Rules, episode_outcome
+from textwm.envs.appworld.calls import canonical
+from textwm.envs.appworld.reward import COMPLETE_TASK, SHOW_PASSWORDS, Rules, episode_outcome, rules_of
 from textwm.envs.appworld.seed import SeedReport, plan_seed
-from textwm.envs.appworld.sim import rules_of
-from textwm.envs.appworld.world import World, parse_world
+from textwm.envs.appworld.world import World, world_of_row
 from textwm.envs.protocol import BadRequest, EnvFailed, EpisodeOver, ResetResult, StepResult
 
 log = logging.getLogger(__name__)
@@ -89,9 +89,7 @@ def row_task(row: Any) -> RowTask:
     """The :class:`RowTask` of one RL row; DataError naming the field."""
     if not isinstance(row, dict) or not isinstance(row.get("task_id"), str) or not row["task_id"]:
         raise DataError("a row needs a string 'task_id'", field="task_id")
-    instruction = str(row.get("instruction") or "")
-    world = parse_world(row.get("wm_system_prompt", ""), ground_truth=str(row.get("ground_truth") or ""),
-                        instruction=instruction)
+    world = world_of_row(row)
     return RowTask(row["task_id"], world, world.instruction)
 
 
@@ -209,7 +207,7 @@ class AppWorldEnv:
         if name == SHOW_PASSWORDS and "result" in answer:
             answer = {"result": paper_passwords(answer["result"], episode.email, episode.phone)}
         observation = render(answer)
-        episode.actions.append(json.dumps([{"name": name, "parameters": parameters}], ensure_ascii=False))
+        episode.actions.append(canonical(name, parameters))
         episode.observations.append(observation)
         previous = episode.score
         info: dict[str, Any] = {"error": answer.get("error")}
@@ -269,12 +267,9 @@ LISTING_CALLS = {"spotify": "spotify__show_song_library", "venmo": "venmo__show_
 
 def smoke_calls(task: RowTask) -> list[str]:
     """A few real calls every row's world must answer: the passwords, a login per account, a listing per app."""
-    def canonical(name: str, **parameters: Any) -> str:
-        return json.dumps([{"name": name, "parameters": parameters}])
-
     calls = [canonical(SHOW_PASSWORDS)]
     for account in task.world.accounts:
-        calls.append(canonical(f"{account.app}__login", username=account.username, password=account.password))
+        calls.append(canonical(f"{account.app}__login", {"username": account.username, "password": account.password}))
         if account.app in LISTING_CALLS:
             calls.append(canonical(LISTING_CALLS[account.app]))
     return calls

@@ -89,6 +89,16 @@ def respond(world: World, logged_in: Collection[str], name: str, arguments: dict
     return None
 
 
+def track_login(logged_in: list[str], name: str, response: str) -> None:
+    """Update the apps logged in to (``logged_in``, in place) after the call ``name`` got ``response``."""
+    app, _, api = name.partition("__")
+    change = logged_in_after(app, api, response)
+    if change is True and app not in logged_in:
+        logged_in.append(app)
+    elif change is False and app in logged_in:
+        logged_in.remove(app)
+
+
 def logged_in_after(app: str, api: str, response: str) -> bool | None:
     """What a response does to an app's login: True (logged in), False (logged out), None (no change)."""
     if api not in ("login", "logout"):

@@ -6,10 +6,11 @@ an app: the same rules hold for real, local and world-model responses.
 
 * **Termination**: ``supervisor__complete_task`` ends the episode (``success`` when its answer is right,
   else ``completed``); the same call twice in a row ends it (``repeat``).
-* **Question tasks** (a ``ground_truth``): the answer contains the ground truth (case and whitespace
-  folded) -> 1.0. A wrong number -> ``0.25 * (1 - min(|diff| / max(gt, 1), 1))``, at least the partial
-  credit; otherwise partial credit: 0.15 when a call returned records, 0.08 when one succeeded, 0.03 when
-  any was made.
+* **Question tasks** (a ``ground_truth``): the answer holds the ground truth as whole words (case and
+  whitespace folded; a number: the answer's first number equals it) -> 1.0. A wrong first number ->
+  ``0.25 * (1 - min(|diff| / max(gt, 1), 1))``, at least the partial credit; otherwise partial credit: 0.15
+  when a call returned records, 0.08 when one succeeded, 0.03 when any was made. A ``complete_task`` the
+  app refused completes nothing.
 * **Action tasks** (no ground truth): ``0.6 * (successful calls / calls)`` + 0.1 when records came back;
   + 0.2 when a login used the account's real credentials; completion + 0.3 after a successful
   state-changing call (any non-GET API but login / logout), + 0.1 after any success, + 0.05 otherwise; not
@@ -35,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textwm.envs.appworld import tools
+from textwm.envs.appworld.world import World
 from textwm.envs.contract import Outcome
 
 COMPLETE_TASK = "supervisor__complete_task"
@@ -88,9 +91,29 @@ def read_call(action: str, observation: str | None) -> Call:
     return Call(first["name"], dict(first.get("parameters") or {}), response, malformed)
 
 
+def _fold(text: Any) -> str:
+    return " ".join(str(text).lower().split())
+
+
+def first_number(answer: str) -> float | None:
+    """The first number in an answer (``"There are 24 songs."`` -> 24.0), None if it has none."""
+    m = re.search(r"-?\d+(?:\.\d+)?", answer.replace(",", ""))
+    return float(m.group(0)) if m else None
+
+
+def is_number(text: str) -> bool:
+    return re.fullmatch(r"-?\d+(?:\.\d+)?", text.strip().replace(",", "")) is not None
+
+
 def answer_matches(answer: str, ground_truth: str) -> bool:
-    fold = lambda s: " ".join(str(s).lower().split())  # noqa: E731
-    return bool(ground_truth.strip()) and fold(ground_truth) in fold(answer)
+    """A number is right when the answer's first number equals it (so listing many numbers does not pay); a text
+    when the answer holds it as whole words (case and space folded)."""
+    gt = ground_truth.strip()
+    if not gt:
+        return False
+    if is_number(gt):
+        return first_number(answer) == float(gt.replace(",", ""))
+    return re.search(rf"(?<!\w){re.escape(_fold(gt))}(?!\w)", _fold(answer)) is not None
 
 
 def _bad_values(args: Any, test: Callable[[Any], bool]) -> bool:
@@ -126,17 +149,29 @@ class Rules:
     changes_state: Callable[[str], bool]
 
 
+def rules_of(world: World) -> Rules:
+    """The rules of a row's world: its answer and accounts; the tools and which of them change state (any API that
+    is not a GET, logins and logouts aside) from the apps' specs."""
+    known = tools.catalog()
+    return Rules(ground_truth=world.ground_truth,
+                 credentials={a.app: (a.username, a.password) for a in world.accounts},
+                 known=lambda name: name in known,
+                 changes_state=lambda name: name in known and known[name].changes_state
+                 and known[name].api not in ("login", "logout"))
+
+
 def episode_outcome(rules: Rules, actions: Sequence[str | None], observations: Sequence[str | None]) -> Outcome:
     """Termination, score and reward of a trajectory (see the module docstring)."""
     calls = [read_call(a, o) for a, o in zip(actions, observations) if a is not None]
     reason = None
-    completed = next((c for c in calls if c.name == COMPLETE_TASK), None)
+    # A complete_task the app refused (a 422, an error from the world model) completes nothing.
+    completed = next((c for c in calls if c.name == COMPLETE_TASK and not c.failed), None)
     if completed is not None:
         answer = str(completed.arguments.get("answer", ""))
         reason = "success" if answer_matches(answer, rules.ground_truth) else "completed"
     elif len(calls) >= 2 and calls[-1].signature == calls[-2].signature:
         reason = "repeat"
-    working = [c for c in calls if c.name != COMPLETE_TASK]
+    working = [c for c in calls if c is not completed]
     if rules.ground_truth.strip():
         score = _question_score(rules.ground_truth, completed, working)
         reward = score * _penalty(rules, calls)
@@ -161,12 +196,10 @@ def _question_score(ground_truth: str, completed: Call | None, working: Sequence
     answer = str(completed.arguments.get("answer", ""))
     if answer_matches(answer, ground_truth):
         return SUCCESS_SCORE
-    gt = ground_truth.strip()
-    numbers = [int(n) for n in re.findall(r"-?\d+", answer)]
-    if gt.lstrip("-").isdigit() and numbers:
-        target = int(gt)
-        diff = min(abs(n - target) for n in numbers)
-        return max(0.25 * (1 - min(diff / max(abs(target), 1), 1.0)), partial)
+    gt, given = ground_truth.strip(), first_number(answer)
+    if is_number(gt) and given is not None:
+        target = float(gt.replace(",", ""))
+        return max(0.25 * (1 - min(abs(given - target) / max(abs(target), 1), 1.0)), partial)
     return partial
 
 

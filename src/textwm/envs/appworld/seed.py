@@ -208,7 +208,8 @@ def _spotify(plan: _Plan) -> None:
     plan.add("songs", "spotify", "Song", [row for _, row in songs])
     for flag, model in (("in_library", "UserLibrarySong"), ("liked", "SongLike"), ("downloaded", "UserDownloadedSong")):
         plan.add("songs", "spotify", model,
-                 [{"user_id": me, "song_id": s["id"]} for s, _ in songs if s.get(flag)], primary=False)
+                 [{"user_id": me, "song_id": s["id"]} for s, _ in songs if s.get(flag) and s.get("id") is not None],
+                 primary=False)
     song_ids = {row["id"] for _, row in songs if "id" in row}
     _playlists(plan, me, song_ids)
     follow = [a for a in r.get("following_artists", []) if a.get("id") in artist_ids.values()]
@@ -232,7 +233,7 @@ def _playlists(plan: _Plan, me: int | None, song_ids: set[int]) -> None:
         playlists.append(_pick(p, "id", "title", "user_id", "created_at", "is_public", "rating", "like_count",
                                "review_count"))
         for song_id in p.get("song_ids", []):
-            if song_id in song_ids:
+            if song_id in song_ids and p.get("id") is not None:
                 links.append({"playlist_id": p["id"], "song_id": song_id})
             else:
                 unlisted += 1
@@ -272,7 +273,7 @@ def _venmo(plan: _Plan) -> None:
     r = plan.records
     if not any(t in r for t in ("transactions", "payment_requests", "venmo_friends", "social_feed")):
         return
-    mine = [t["sender_id"] if t.get("direction") == "sent" else t.get("receiver_id")
+    mine = [t.get("sender_id") if t.get("direction") == "sent" else t.get("receiver_id")
             for t in r.get("transactions", []) + r.get("payment_requests", [])]
     others = [f.get("id") for f in r.get("venmo_friends", [])] + [
         t.get(k) for t in r.get("social_feed", []) for k in ("sender_id", "receiver_id")]

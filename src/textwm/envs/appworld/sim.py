@@ -9,33 +9,23 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from textwm.envs.appworld import agent, tools
-from textwm.envs.appworld.responder import logged_in_after, respond
-from textwm.envs.appworld.reward import Rules, episode_outcome
+from textwm.envs.appworld import agent
+from textwm.envs.appworld.calls import THINK
+from textwm.envs.appworld.responder import respond, track_login
+from textwm.envs.appworld.reward import episode_outcome, rules_of
 from textwm.envs.appworld.wm_prompt import wm_query
 from textwm.envs.appworld.world import World
 from textwm.envs.contract import Outcome, WMQuery
 
 log = logging.getLogger(__name__)
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def clean_response(text: str) -> str:
     """A response as the agent gets it: think blocks and ``<tool_response>`` tags of a WM answer dropped."""
-    return agent.unwrap_tool_response(_THINK.sub("", text or "").strip())
-
-
-def rules_of(world: World) -> Rules:
-    known = tools.catalog()
-    return Rules(ground_truth=world.ground_truth,
-                 credentials={a.app: (a.username, a.password) for a in world.accounts},
-                 known=lambda name: name in known,
-                 changes_state=lambda name: name in known and known[name].changes_state
-                 and known[name].api not in ("login", "logout"))
+    return agent.unwrap_tool_response(THINK.sub("", text or "").strip())
 
 
 def is_json(text: str) -> bool:
@@ -80,13 +70,7 @@ class AppWorldEpisode:
             self.malformed += 1
             log.warning("AppWorld: the world model's answer to %s is not JSON (%d in this episode; scored as a failed "
                         "call): %r", action[:120], self.malformed, observation[:200])
-        name, _ = agent.action_call(action)
-        app, api = tools.split_name(name)
-        change = logged_in_after(app, api, observation)
-        if change is True and app not in self.logged_in:
-            self.logged_in.append(app)
-        elif change is False and app in self.logged_in:
-            self.logged_in.remove(app)
+        track_login(self.logged_in, agent.action_call(action)[0], observation)
         self.actions.append(action)
         self.observations.append(observation)
         self.sources.append(source)
@@ -97,6 +81,7 @@ class AppWorldEpisode:
     def unparseable(self) -> None:
         self.actions.append(None)
         self.observations.append(None)
+        self.sources.append("feedback")
 
     def outcome(self) -> Outcome:
         return episode_outcome(rules_of(self.world), self.actions, self.observations)

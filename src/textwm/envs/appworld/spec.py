@@ -20,11 +20,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textwm.data.jsonl import DataError
 from textwm.envs.appworld import agent, reward
 from textwm.envs.appworld.real import AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
-from textwm.envs.appworld.world import World, parse_world
+from textwm.envs.appworld.world import World, world_of_row
 from textwm.envs.contract import EnvSpec, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession
 
@@ -58,14 +57,7 @@ class AppWorldSpec(EnvSpec):
         return "692c77d_2"
 
     def sim_task_of(self, row: Mapping[str, Any]) -> World | None:
-        text = row.get("wm_system_prompt")
-        if text is None:
-            return None
-        truth = row.get("ground_truth") or ""
-        if not isinstance(truth, (str, int, float)):
-            raise DataError(f"'ground_truth' must be a string, got {type(truth).__name__}", field="ground_truth")
-        instruction = row.get("instruction") or ""
-        return parse_world(text, ground_truth=str(truth), instruction=str(instruction))
+        return None if row.get("wm_system_prompt") is None else world_of_row(row)
 
     def missing_sim_task(self, task_id: str) -> str:
         return (f"row {task_id!r} has no 'wm_system_prompt': the simulator needs the user's accounts and app records "

@@ -7,8 +7,8 @@ from the agent: the env injects it) and response schemas. Nothing here is hand-w
 
 * :func:`catalog` — the tools by name; :meth:`Tool.json_schema` (OpenAI function schema),
   :meth:`Tool.signature` (the rows' ``- name(p1, p2)`` lines), :meth:`Tool.changes_state` (not a GET);
-* :func:`validation_error` — the error the real app gives for an unknown app or API, or a call whose
-  required arguments are missing, exactly as AppWorld words it (``None``: the call is well-formed);
+* :func:`unknown_tool_error`, :func:`missing_arguments_error` — the errors the real app gives for an unknown app
+  or API, or a call whose required arguments are missing, exactly as AppWorld words them (``None``: none);
 * :data:`PAPER_NAME_MAP` / :data:`PAPER_PARAM_RENAMES` — the paper's fixes of names its early data used
   (``fix_tool_names_and_schemas.py``), applied by :mod:`textwm.envs.appworld.fix_tools`.
 """
@@ -156,9 +156,11 @@ def unknown_tool_error(name: str) -> str | None:
     """AppWorld's error for a name that is no API (None: it is one)."""
     if name in catalog():
         return None
+    if "__" not in name:
+        return error_response(f"Invalid API name {name!r}: expected '<app_name>__<api_name>'.")
     app, api = split_name(name)
     if app not in apps():
-        return error_response(f"No app named '{app or name}' found.")
+        return error_response(f"No app named '{app}' found.")
     return error_response(f"No API named '{api}' found in the {app} app.")
 
 

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from textwm.data.jsonl import DataError
 
-#: Apps where the user has an account whose password the supervisor does not list (unless the row gives one): the
-#: paper's rows never list the phone app's, and in its demos a phone login with the other apps' credentials fails.
-UNLISTED_APPS = ("phone",)
+#: Apps where the user has an account whose password the supervisor does not list (unless the row gives one). An
+#: AppWorld user has an account in every app; the paper's rows list the passwords of the apps a task touches, and in
+#: its demos a phone login with the other apps' credentials fails with 401.
+UNLISTED_APPS = ("phone", "gmail", "amazon", "todoist", "splitwise")
 
 _IDENTITY = re.compile(r"^User identity:\s*(?P<name>[^,]+),\s*email:\s*(?P<email>\S+?),\s*phone:\s*(?P<phone>\S+)\s*$",
                        re.MULTILINE)
@@ -109,6 +111,18 @@ def parse_world(text: str, *, ground_truth: str = "", instruction: str = "") -> 
                  instruction=instruction or (task.group(1).strip() if task else ""),
                  date=date.group(1) if date else "", records=parse_records(text), text=text,
                  ground_truth=ground_truth)
+
+
+def world_of_row(row: Mapping[str, Any]) -> World:
+    """The world of an RL row (``wm_system_prompt``, ``ground_truth``, ``instruction``); DataError naming the field.
+    A ``ground_truth`` of ``0`` is the answer "0", not "no answer"."""
+    truth = row.get("ground_truth")
+    if truth is not None and not isinstance(truth, (str, int, float)):
+        raise DataError(f"'ground_truth' must be a string or a number, got {type(truth).__name__}",
+                        field="ground_truth")
+    instruction = row.get("instruction")
+    return parse_world(row.get("wm_system_prompt", ""), ground_truth="" if truth is None else str(truth),
+                       instruction="" if instruction is None else str(instruction))
 
 
 def records_region(lines: list[str]) -> tuple[int, int]:
