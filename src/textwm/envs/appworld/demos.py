@@ -68,7 +68,7 @@ def world_of_demo(demo: Demo) -> World:
         name, _ = agent.action_call(step.action)
         if name == SHOW_PASSWORDS:
             accounts = json.loads(step.response)
-            email = accounts[0]["username"] if accounts else "unknown@example.com"
+            email = accounts[0]["username"] if accounts else ""  # no accounts: parse_world refuses it below
             lines = [f"User identity: (unknown), email: {email}, phone: unknown", "", "Account credentials:"]
             lines += [f"- {a['app']}: username={a['username']}, password={a['password']}" for a in accounts]
             lines += ["", f"Active task: {demo.instruction}", ""]
@@ -111,7 +111,7 @@ def same_response(ours: str, real: str) -> bool:
 
 @dataclass
 class Agreement:
-    """The responder over real responses: how many calls it answers, how many of those agree, per tool."""
+    """The responder over real responses: how many calls it answers, how many of those agree, per rule."""
 
     calls: int = 0
     answered: int = 0

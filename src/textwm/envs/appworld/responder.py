@@ -91,7 +91,7 @@ def respond(world: World, logged_in: Collection[str], name: str, arguments: dict
 
 def track_login(logged_in: list[str], name: str, response: str) -> None:
     """Update the apps logged in to (``logged_in``, in place) after the call ``name`` got ``response``."""
-    app, _, api = name.partition("__")
+    app, api = tools.split_name(name)
     change = logged_in_after(app, api, response)
     if change is True and app not in logged_in:
         logged_in.append(app)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from textwm.envs.appworld import tools
+from textwm.envs.appworld.agent import action_call
 from textwm.envs.appworld.world import World
 from textwm.envs.contract import Outcome
 
@@ -82,13 +83,12 @@ class Call:
 
 def read_call(action: str, observation: str | None) -> Call:
     """One step of the trajectory (``action`` in the canonical form)."""
-    value = json.loads(action)
-    first = value[0] if isinstance(value, list) else value
+    name, arguments = action_call(action)
     try:
         response, malformed = json.loads(observation or ""), False
     except json.JSONDecodeError:
         response, malformed = observation, True
-    return Call(first["name"], dict(first.get("parameters") or {}), response, malformed)
+    return Call(name, arguments, response, malformed)
 
 
 def _fold(text: Any) -> str:
