@@ -4,7 +4,8 @@ A random model of a named shape (default: Qwen3-8B, bf16) decodes random prompts
 tokens for NEW_TOKENS tokens at each batch size; SDAR with block 4 and 1 and 4 denoising steps;
 WeDLM streaming decoding with a window of 16 at two entropy thresholds that bound its speed on
 random weights (whose entropy is ~log V): 0.4, the default, fills one mask per forward (its
-slowest), and 1000 fills every mask at once (its fastest: a window per two forwards); AR with HF
+slowest), and 1000 fills every mask at once (its fastest: a window per forward, since the forward that
+commits a window also decodes the masks refilled behind it, as Tencent/WeDLM does); AR with HF
 generate's default dynamic KV cache; all greedy. Stop ids are disabled so every row generates
 exactly NEW_TOKENS tokens. Prints one line per configuration and writes JSON.
 

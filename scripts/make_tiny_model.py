@@ -2,6 +2,7 @@
 
     python scripts/make_tiny_model.py --family sdar --out runs/tiny_sdar            # ~1 s
     python scripts/make_tiny_model.py --family ar --size small --out runs/small_ar
+    python scripts/make_tiny_model.py --family sdar_moe --out runs/tiny_sdar_moe     # Qwen3-MoE + SDAR fields
     python scripts/make_tiny_model.py --family sdar --size qwen3-0.6b --embedding-rows 65536 --out runs/sdar_0p5b
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import validate_row
-from textwm.models.tiny import SIZES, build_tiny_checkpoint, chat_texts
+from textwm.models.tiny import SIZES, TINY_FAMILIES, build_tiny_checkpoint, chat_texts
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm_train.jsonl"
 
@@ -19,7 +20,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--family", choices=("ar", "sdar", "wedlm"), default="sdar")
+    p.add_argument("--family", choices=TINY_FAMILIES, default="sdar")
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--block-size", type=int, default=4, help="SDAR block size; WeDLM masking block")
     p.add_argument("--texts", nargs="+", default=[str(SAMPLE)],

@@ -7,7 +7,13 @@ import torch
 
 from textwm.diffusion.masks import PAD_SAMPLE, dense_mask
 from textwm.diffusion.sdar import IGNORE_INDEX
-from textwm.diffusion.wedlm import reorder_within_blocks, sample_block_noise, wedlm_loss, wedlm_mask_mod
+from textwm.diffusion.wedlm import (
+    reorder_within_blocks,
+    sample_block_noise,
+    wedlm_loss,
+    wedlm_loss_per_micro_batch,
+    wedlm_mask_mod,
+)
 from textwm.models.checkpoint import load_model
 from textwm.training.objectives import WeDLMObjective
 
@@ -80,24 +86,30 @@ def test_wedlm_loss_hand_computed():
     assert loss.item() == pytest.approx((math.log(3) / 0.5 + math.log(5 / 3)) / 2 / 4, rel=1e-6)
 
 
-def test_objective_loss_equals_the_definition_on_a_tiny_batch(tiny_wedlm_dir):
-    """WeDLMObjective.loss vs REFERENCE.md written out: [x0, reordered xt], the rule, MLM/gamma + AR."""
-    lm = load_model(tiny_wedlm_dir, device="cpu", dtype="float32")
-    mask_id, pad = lm.spec.mask_token_id, lm.tokenizer.pad_token_id
-    objective = WeDLMObjective(attn_implementation="sdpa", pad_token_id=pad, mask_token_id=mask_id, noise_block=4)
-    rows = [
-        {"input_ids": [11, 12, 13, 21, 22, 23, 24, 25, 14, 15, 26, 27], "labels": [-100] * 3 + [21, 22, 23, 24, 25]
-         + [-100, -100, 26, 27], "position_ids": list(range(8)) + list(range(4)), "sample_ids": [0] * 8 + [1] * 4,
-         "noise_seeds": [101, 202]},
-        {"input_ids": [16, 17, 18, 19, 28, 29, 30], "labels": [-100] * 4 + [28, 29, 30],
-         "position_ids": list(range(7)), "sample_ids": [0] * 7, "noise_seeds": [303]},
-    ]
-    batch = objective.collate(rows)
-    assert batch["noise_mask"].any()
-    loss = objective.loss(lm.model, batch, num_items_in_batch=None)
+ROWS = [
+    {"input_ids": [11, 12, 13, 21, 22, 23, 24, 25, 14, 15, 26, 27], "labels": [-100] * 3 + [21, 22, 23, 24, 25]
+     + [-100, -100, 26, 27], "position_ids": list(range(8)) + list(range(4)), "sample_ids": [0] * 8 + [1] * 4,
+     "noise_seeds": [101, 202]},
+    {"input_ids": [16, 17, 18, 19, 28, 29, 30], "labels": [-100] * 4 + [28, 29, 30],
+     "position_ids": list(range(7)), "sample_ids": [0] * 7, "noise_seeds": [303]},
+]
 
-    mlm = ar = 0.0
-    for b in range(len(rows)):
+
+@pytest.fixture(scope="module")
+def wedlm(tiny_wedlm_dir):
+    return load_model(tiny_wedlm_dir, device="cpu", dtype="float32")
+
+
+def _objective(lm, **kw):
+    return WeDLMObjective(attn_implementation="sdpa", pad_token_id=lm.tokenizer.pad_token_id,
+                          mask_token_id=lm.spec.mask_token_id, noise_block=4, **kw)
+
+
+def _terms_by_definition(lm, batch):
+    """REFERENCE.md written out per row: [x0, reordered xt], the rule; returns ([(mlm ce, gamma)], [ar ce])."""
+    mask_id = lm.spec.mask_token_id
+    mlm, ar = [], []
+    for b in range(batch["input_ids"].shape[0]):
         ids, labels, masked = batch["input_ids"][b], batch["labels"][b], batch["noise_mask"][b]
         pos, sid, gamma = batch["position_ids"][b], batch["sample_ids"][b], batch["noise_gamma"][b]
         length = ids.shape[0]
@@ -118,10 +130,78 @@ def test_objective_loss_equals_the_definition_on_a_tiny_batch(tiny_wedlm_dir):
         ce = torch.nn.functional.cross_entropy
         for slot, i in enumerate(order):
             if masked[i]:
-                mlm += ce(logits[length + slot][None], ids[i][None]).item() / gamma[i].item()
+                mlm.append((ce(logits[length + slot][None], ids[i][None]).item(), gamma[i].item()))
         for i in range(length - 1):
             if labels[i + 1] != IGNORE_INDEX:
-                ar += ce(logits[i][None], ids[i + 1][None]).item()
+                ar.append(ce(logits[i][None], ids[i + 1][None]).item())
+    return mlm, ar
+
+
+def test_objective_loss_equals_the_definition_on_a_tiny_batch(wedlm):
+    """WeDLMObjective.loss vs REFERENCE.md written out: [x0, reordered xt], the rule, MLM/gamma + AR."""
+    objective = _objective(wedlm)
+    batch = objective.collate(ROWS)
+    assert batch["noise_mask"].any()
+    loss = objective.loss(wedlm.model, batch, num_items_in_batch=None)
+    mlm, ar = _terms_by_definition(wedlm, batch)
     n_answer = int((batch["labels"] != IGNORE_INDEX).sum())
-    assert n_answer == 5 + 2 + 3
-    assert loss.item() == pytest.approx((mlm + ar) / 2 / n_answer, rel=1e-5)
+    assert n_answer == 5 + 2 + 3 == len(ar)
+    assert loss.item() == pytest.approx((sum(c / g for c, g in mlm) + sum(ar)) / 2 / n_answer, rel=1e-5)
+
+
+def test_micro_batch_loss_hand_computed():
+    # Two mask slots: uniform over 3 tokens (ln 3) at gamma 0.5, P(target) = 3/5 at gamma 0.25 -> weights 2 and 4.
+    mlm_logits = torch.tensor([[0.0, 0.0, 0.0], [0.0, math.log(3), 0.0]], requires_grad=True)
+    ar_logits = torch.tensor([[0.0, math.log(3), 0.0], [0.0, 0.0, 0.0]])
+    loss = wedlm_loss_per_micro_batch(mlm_logits, torch.tensor([2, 1]), torch.tensor([0.5, 0.25]), ar_logits,
+                                      torch.tensor([1, 0]))
+    mlm = (2 * math.log(3) + 4 * math.log(5 / 3)) / 6
+    ar = (math.log(5 / 3) + math.log(3)) / 2
+    assert loss.item() == pytest.approx((mlm + ar) / 2, rel=1e-6)
+    # An empty term is 0 (upstream's compute_*_loss), and the loss keeps its graph.
+    empty = wedlm_loss_per_micro_batch(mlm_logits, torch.tensor([2, 1]), torch.tensor([0.5, 0.25]),
+                                       ar_logits[:0], torch.tensor([], dtype=torch.long))
+    assert empty.item() == pytest.approx(mlm / 2, rel=1e-6) and empty.requires_grad
+
+
+def test_micro_batch_normalisation_equals_upstreams_definition(wedlm):
+    """MLM / the micro-batch's sum of 1/gamma, AR / its answer tokens; in training, / the step's micro-batches."""
+    objective = _objective(wedlm, loss_normalisation="micro_batch", accumulation_steps=3)
+    batch = objective.collate(ROWS)
+    mlm, ar = _terms_by_definition(wedlm, batch)
+    weights = [1 / g for _, g in mlm]
+    want = (sum(c * w for (c, _), w in zip(mlm, weights)) / sum(weights) + sum(ar) / len(ar)) / 2
+    assert objective.loss(wedlm.model, batch).item() == pytest.approx(want, rel=1e-5)
+    # In a training step (num_items_in_batch given) it is one of the step's 3 micro-batch losses (one rank).
+    assert objective.loss(wedlm.model, batch, num_items_in_batch=99).item() == pytest.approx(want / 3, rel=1e-5)
+
+
+def test_step_tokens_is_invariant_to_the_micro_batch_split_and_micro_batch_is_not(wedlm):
+    """Why step_tokens is the default: a step split into micro-batches keeps its loss (and gradient)."""
+    full = _objective(wedlm).collate(ROWS)
+    parts = [_objective(wedlm).collate([row]) for row in ROWS]
+    n_answer = int((full["labels"] != IGNORE_INDEX).sum())
+    ours = _objective(wedlm)
+    whole = ours.loss(wedlm.model, full, num_items_in_batch=n_answer).item()
+    split = sum(ours.loss(wedlm.model, p, num_items_in_batch=n_answer).item() for p in parts)
+    assert split == pytest.approx(whole, rel=1e-5)
+    upstream_whole = _objective(wedlm, loss_normalisation="micro_batch").loss(wedlm.model, full, n_answer).item()
+    upstream = _objective(wedlm, loss_normalisation="micro_batch", accumulation_steps=2)
+    upstream_split = sum(upstream.loss(wedlm.model, p, num_items_in_batch=n_answer).item() for p in parts)
+    assert abs(upstream_split - upstream_whole) > 1e-3 * upstream_whole
+
+
+def test_the_normalisation_is_a_checked_training_option(tiny_wedlm_dir):
+    from textwm.training.config import ConfigError, SFTConfig
+    from textwm.training.trainer import prepare_model
+
+    config = SFTConfig(model_name_or_path=str(tiny_wedlm_dir), train_file="unused.jsonl", objective="wedlm",
+                       block_length=8, wedlm_loss_normalisation="micro_batch", gradient_accumulation_steps=3)
+    objective = prepare_model(config, "sdpa")[2]
+    assert (objective.loss_normalisation, objective.accumulation_steps) == ("micro_batch", 3)
+    assert SFTConfig(model_name_or_path="m", train_file="t").wedlm_loss_normalisation == "step_tokens"
+    with pytest.raises(ConfigError, match="wedlm_loss_normalisation must be one of step_tokens, micro_batch"):
+        SFTConfig(model_name_or_path="m", train_file="t", wedlm_loss_normalisation="tokens")
+    with pytest.raises(ValueError, match="loss_normalisation must be one of"):
+        WeDLMObjective(attn_implementation="sdpa", pad_token_id=0, mask_token_id=1, noise_block=4,
+                       loss_normalisation="sum")

@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from textwm.generation.remasking import select_transfer, transfer_schedule
-from textwm.generation.sampling import entropy, sample, top_k_filter, top_p_filter
+from textwm.generation.sampling import (
+    entropy,
+    logits_entropy,
+    sample,
+    sample_filter_first,
+    top_k_filter,
+    top_p_filter,
+)
 
 NEG = float("-inf")
 
@@ -39,6 +46,32 @@ def test_sampling_respects_filters_and_seed():
 def test_entropy():
     probs = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
     assert entropy(probs).tolist() == pytest.approx([math.log(2), 0.0])
+
+
+def test_wedlm_order_takes_top_p_before_the_temperature():
+    """Tencent/WeDLM Sampler.sample_tokens: the nucleus is taken on the unscaled distribution."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    # Unscaled, 0.5 < 0.6 keeps tokens 0 and 1; then T = 0.5 squares the odds: 0.25 : 0.09.
+    wedlm = sample_filter_first(logits, temperature=0.5, top_p=0.6, generator=torch.Generator().manual_seed(0))
+    assert wedlm.probs[0].tolist() == pytest.approx([0.25 / 0.34, 0.09 / 0.34, 0.0])
+    # sample() scales first (0.657, 0.237, 0.105): the nucleus is token 0 alone.
+    assert sample(logits, temperature=0.5, top_p=0.6).probs[0].tolist() == pytest.approx([1.0, 0.0, 0.0])
+    draws = sample_filter_first(logits.repeat(400, 1), temperature=0.5, top_p=0.6,
+                                generator=torch.Generator().manual_seed(1)).tokens
+    assert set(draws.tolist()) == {0, 1}
+    # Top-k keeps the k largest either way; temperature 0 is the argmax, filters ignored.
+    assert sample_filter_first(logits, temperature=1.0, top_k=1).tokens.tolist() == [0]
+    greedy = sample_filter_first(torch.tensor([[0.0, 2.0, 1.0]]), temperature=0, top_k=1, top_p=0.1)
+    assert greedy.tokens.tolist() == [1] and greedy.probs.sum().item() == pytest.approx(1.0)
+
+
+def test_logits_entropy_is_that_of_the_raw_distribution():
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0)) * 3
+    want = torch.distributions.Categorical(logits=logits).entropy()
+    assert torch.allclose(logits_entropy(logits), want, atol=1e-5)
+    assert torch.allclose(logits_entropy(logits), entropy(torch.softmax(logits, -1)), atol=1e-5)
+    banned = torch.tensor([[0.0, 0.0, NEG]])
+    assert logits_entropy(banned).tolist() == pytest.approx([math.log(2)])
 
 
 def test_transfer_schedule():

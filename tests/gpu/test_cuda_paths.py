@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from tests.generation import wedlm_reference
+from tests.generation.lmdeploy_reference import lmdeploy_reference, untie_head
 from tests.generation.sdar_reference import reference_generate
+from tests.generation.wedlm_upstream import port_for, sharpen_head
 from textwm.generation.sdar import SDARDecoder
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
@@ -51,6 +52,21 @@ def test_gpu_decoding_equals_the_reference(tiny_sdar_dir):
             assert g.token_ids == ref
 
 
+def test_gpu_lmdeploy_rules_equal_the_port(tiny_sdar_dir):
+    lm = untie_head(load_model(tiny_sdar_dir, device="cuda", dtype="float32"))
+    cpu = untie_head(load_model(tiny_sdar_dir, device="cpu", dtype="float32"))
+    prompts = [[11, 12, 13, 14, 15], list(range(20, 37)), [40, 41, 42], list(range(50, 58))]
+    for block, steps, strategy in ((8, 1, "low_confidence_dynamic"), (4, 2, "low_confidence_static"),
+                                   (4, 4, "sequential")):
+        settings = DecodeSettings(gen_length=13, temperature=0, block_length=block, denoising_steps=steps,
+                                  remasking_strategy=strategy, sdar_rules="lmdeploy")
+        got = SDARDecoder(lm.model, lm.spec).generate(prompts, settings)
+        for p, g in zip(prompts, got):
+            ref = lmdeploy_reference(cpu.model, p, mask_id=lm.spec.mask_token_id, stop_ids=lm.spec.stop_ids,
+                                     settings=settings)
+            assert (g.token_ids, g.finish_reason, g.num_forwards) == ref
+
+
 def test_wedlm_flex_attention_loss_equals_dense_sdpa_loss(tiny_wedlm_dir):
     lm = load_model(tiny_wedlm_dir, device="cuda", dtype="float32", attn_implementation="flex_attention")
     dense = load_model(tiny_wedlm_dir, device="cuda", dtype="float32", attn_implementation="sdpa")
@@ -64,15 +80,15 @@ def test_wedlm_flex_attention_loss_equals_dense_sdpa_loss(tiny_wedlm_dir):
     assert loss_flex.item() == pytest.approx(sdpa_obj.loss(dense.model, batch).item(), rel=1e-4)
 
 
-def test_wedlm_gpu_decoding_equals_the_reference(tiny_wedlm_dir):
-    lm = load_model(tiny_wedlm_dir, device="cuda", dtype="float32")
-    cpu = load_model(tiny_wedlm_dir, device="cpu", dtype="float32")
+def test_wedlm_gpu_decoding_equals_the_upstream_port(tiny_wedlm_dir):
+    lm = sharpen_head(load_model(tiny_wedlm_dir, device="cuda", dtype="float32"))
+    cpu = sharpen_head(load_model(tiny_wedlm_dir, device="cpu", dtype="float32"))
     prompts = [[11, 12, 13, 14, 15], list(range(20, 37)), [40, 41, 42]]
-    for window, threshold in ((4, 6.2), (16, 100.0)):
+    for window, threshold, penalty in ((4, 0.4, 0.02), (16, 100.0, 0.0), (8, 5.0, 0.1)):
         settings = DecodeSettings(gen_length=12, temperature=0, window_size=window, entropy_threshold=threshold,
-                                  position_penalty=0.3)
+                                  position_penalty=penalty)
         got = WeDLMDecoder(lm.model, lm.spec).generate(prompts, settings)
         for p, g in zip(prompts, got):
-            ref = wedlm_reference.reference_generate(cpu.model, p, mask_id=lm.spec.mask_token_id,
-                                                     stop_ids=lm.spec.stop_ids, settings=settings)
-            assert g.token_ids == ref
+            tokens, finish, _ = port_for(cpu.model, p, mask_id=lm.spec.mask_token_id, stop_ids=lm.spec.stop_ids,
+                                         settings=settings)
+            assert (g.token_ids, g.finish_reason) == (tokens, finish)

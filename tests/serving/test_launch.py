@@ -1,8 +1,25 @@
+import dataclasses
+import json
+import logging
+
 import pytest
 
 from tests.conftest import run_script
+from textwm.config import ConfigCLI, ConfigError
 from textwm.generation.settings import DecodeSettings
-from textwm.serving.launch import BackendSpec, health_url, proxy_command, server_command
+from textwm.serving.cli import ServerConfig, StackConfig, stack_main
+from textwm.serving.launch import (
+    LMDEPLOY_MASK_TOKEN_ID,
+    BackendSpec,
+    DllmFlags,
+    health_url,
+    proxy_command,
+    server_command,
+    server_decode_defaults,
+    with_dllm_flags,
+)
+
+PAPER_FLAGS = ["--dllm-block-length", "8", "--dllm-denoising-steps", "1"]   # the paper's lmdeploy launch line
 
 
 def _flag(argv, name):
@@ -54,3 +71,68 @@ def test_print_command_cli():
     server, proxy = res.stdout.strip().splitlines()
     assert server.startswith("lmdeploy serve api_server m --backend pytorch --tp 2")
     assert "-m textwm.serving proxy" in proxy and "--upstream-kind lmdeploy" in proxy
+
+
+def _sdar_checkpoint(path, **config):
+    """A checkpoint folder as read_spec sees it (config.json only): enough for the launcher's checks."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "sdar", "eos_token_id": 151645, **config}))
+    return str(path)
+
+
+def test_lmdeploy_spellings_select_lmdeploy_rules_in_one_place():
+    plain = DecodeSettings()
+    assert with_dllm_flags(plain, DllmFlags()) is plain
+    paper = with_dllm_flags(plain, DllmFlags(dllm_block_length=8, dllm_denoising_steps=1))
+    assert (paper.sdar_rules, paper.block_length, paper.denoising_steps) == ("lmdeploy", 8, 1)
+    assert (paper.remasking_strategy, paper.confidence_threshold) == ("low_confidence_dynamic", 0.85)
+    other = with_dllm_flags(plain, DllmFlags(dllm_unmasking_strategy="sequential", dllm_confidence_threshold=0.9))
+    assert (other.sdar_rules, other.remasking_strategy, other.confidence_threshold) == ("lmdeploy", "sequential", 0.9)
+    # the server and the stack launcher both apply them
+    server = ConfigCLI(ServerConfig).parse(["--model-path", "m", *PAPER_FLAGS])[0]
+    assert server.decode == dataclasses.replace(server_decode_defaults(), block_length=8, denoising_steps=1,
+                                                sdar_rules="lmdeploy")
+    assert ConfigCLI(ServerConfig).parse(["--model-path", "m", "--block-length", "8"])[0].decode.sdar_rules == \
+        "generate"
+    stack = ConfigCLI(StackConfig).parse(["start", "--backend", "native", "--model-path", "m", *PAPER_FLAGS])[0]
+    argv = server_command(stack.server)
+    assert (_flag(argv, "--sdar-rules"), _flag(argv, "--block-length"), _flag(argv, "--denoising-steps")) == \
+        ("lmdeploy", "8", "1")
+    with pytest.raises(ConfigError, match="must be one of"):
+        ConfigCLI(StackConfig).parse(["start", "--model-path", "m", "--dllm-unmasking-strategy", "entropy_bounded"])
+
+
+def test_lmdeploy_gets_the_checkpoints_block_size_unless_one_is_given(tmp_path):
+    ckpt = _sdar_checkpoint(tmp_path / "ckpt", block_size=8, mask_token_id=LMDEPLOY_MASK_TOKEN_ID)
+    def block(**kw):
+        return _flag(server_command(BackendSpec(backend="lmdeploy", model_path=ckpt, **kw)), "--dllm-block-length")
+    assert block() == "8"                                         # not lmdeploy's own default of 4
+    assert block(dllm=DllmFlags(dllm_block_length=4)) == "4"
+    assert block(decode=DecodeSettings(block_length=2)) == "2"
+    stack = ConfigCLI(StackConfig).parse(["print-command", "--backend", "lmdeploy", "--model-path", ckpt,
+                                          *PAPER_FLAGS])[0]
+    argv = server_command(stack.server)
+    assert (_flag(argv, "--dllm-block-length"), _flag(argv, "--dllm-denoising-steps"),
+            _flag(argv, "--dllm-unmasking-strategy"), _flag(argv, "--dllm-confidence-threshold")) == \
+        ("8", "1", "low_confidence_dynamic", "0.85")
+
+
+def test_lmdeploy_refuses_a_checkpoint_with_another_mask_id(tmp_path, tiny_sdar_dir, capsys):
+    ckpt = _sdar_checkpoint(tmp_path / "ckpt", block_size=4, mask_token_id=7)
+    with pytest.raises(ValueError, match=r"mask_token_id 7 is not 151669.*configurations/sdar.py"):
+        server_command(BackendSpec(backend="lmdeploy", model_path=ckpt))
+    assert stack_main(["print-command", "--backend", "lmdeploy", "--model-path", str(tiny_sdar_dir)]) == 2
+    out = capsys.readouterr()
+    assert "lmdeploy hard-codes" in out.err and not out.out
+    assert server_command(BackendSpec(backend="native", model_path=ckpt))[1:4] == ["-m", "textwm.serving", "server"]
+
+
+def test_lmdeploy_on_a_hub_id_prints_the_command_with_a_notice(caplog):
+    with caplog.at_level(logging.WARNING, logger="textwm.serving.launch"):
+        argv = server_command(BackendSpec(backend="lmdeploy", model_path="JetLM/SDAR-8B-Chat"))
+    assert _flag(argv, "--dllm-block-length") == "4"
+    assert "not a local folder" in caplog.text and "mask_token_id were not checked" in caplog.text
+    res = run_script("scripts/wm_stack.py", "print-command", "--backend", "lmdeploy", "--model-path",
+                     "JetLM/SDAR-8B-Chat", *PAPER_FLAGS)
+    assert res.returncode == 0, res.stderr
+    assert "--dllm-block-length 8 --dllm-denoising-steps 1" in res.stdout and "notice" in res.stderr

@@ -14,11 +14,20 @@ WeDLM recovers masked tokens under *causal* attention by topological reordering.
    ``1 / gamma``; on ``x0``, the shifted next-token loss over answer tokens; total
    ``(mlm + w * ar) / (1 + w)`` with ``w = 1``.
 
-Normalisation, the one deliberate difference: WeDLM divides the MLM term by the micro-batch's sum of
-weights and the AR term by its answer tokens. Both terms here are divided by the answer tokens of
-the whole optimisation step (``num_items_in_batch``), as the other objectives do, so gradient
-accumulation and data parallelism give the gradient of one large batch. ``E[sum of 1/gamma over a
-block's masks] = n``, so the MLM term has the same expected scale as WeDLM's.
+Normalisation, two options (``SFTConfig.wedlm_loss_normalisation``):
+
+* ``step_tokens`` (default, :func:`wedlm_loss`): both terms summed and divided by the answer tokens
+  of the whole optimisation step (``num_items_in_batch``), as the other objectives do, so gradient
+  accumulation and data parallelism give exactly the gradient of one large batch.
+  ``E[sum of 1/gamma over a block's masks] = n``, so the MLM term has the same expected scale as
+  upstream's;
+* ``micro_batch`` (:func:`wedlm_loss_per_micro_batch`): Tencent/WeDLM's own
+  (``finetune/src/loss.py`` ``compute_mlm_loss`` with ``weighting_scheme="weighted"`` and
+  ``compute_ar_loss``): each micro-batch's MLM term is its weighted mean (divided by its sum of
+  ``1 / (gamma + eps)`` weights), its AR term the mean over its answer tokens; the step's gradient
+  is the mean over micro-batches (accelerate's ``backward(loss / accumulation)``, DDP's average).
+  A micro-batch with few masks weighs as much as one with many, so the gradient changes with how a
+  step is split into micro-batches and ranks.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from textwm.diffusion.masks import PAD_SAMPLE, MaskMod
 DEFAULT_BLOCK_SIZE = 32
 #: Weight of the AR term (WeDLM: ``ar_loss_weight: 1.0``).
 AR_LOSS_WEIGHT = 1.0
+#: Upstream's ``mask_eps`` (``finetune/src/config.py``): its MLM weights are ``1 / (gamma + eps)``.
+UPSTREAM_WEIGHT_EPS = 1e-8
 
 
 def sample_block_noise(answer: torch.Tensor, positions: torch.Tensor, block_size: int,
@@ -120,3 +131,24 @@ def wedlm_loss(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, gamma: torch
     mlm = (F.cross_entropy(mlm_logits.float(), mlm_targets, reduction="none") / gamma).sum()
     ar = F.cross_entropy(ar_logits.float(), ar_targets, reduction="sum")
     return (mlm + ar_weight * ar) / (1.0 + ar_weight) / num_answer_tokens
+
+
+def wedlm_loss_per_micro_batch(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, gamma: torch.Tensor,
+                               ar_logits: torch.Tensor, ar_targets: torch.Tensor,
+                               ar_weight: float = AR_LOSS_WEIGHT) -> torch.Tensor:
+    """Tencent/WeDLM's loss of one micro-batch: ``(mlm + w * ar) / (1 + w)``, each term normalised on its own.
+
+    ``mlm = sum(ce * weight) / sum(weight)`` with ``weight = 1 / (gamma + eps)`` over the micro-batch's
+    mask slots (``finetune/src/loss.py`` ``compute_mlm_loss``, ``weighting_scheme="weighted"``);
+    ``ar`` the mean ``ce`` over its answer tokens (``compute_ar_loss``); an empty term is 0
+    (``trainer.py`` ``train_step``). Shapes as in :func:`wedlm_loss`. The caller averages micro-batches.
+    """
+    zero = (mlm_logits.sum() + ar_logits.sum()).float() * 0.0          # keeps the graph when a term is empty
+    mlm = ar = zero
+    if len(mlm_targets):
+        weight = 1.0 / (gamma.float() + UPSTREAM_WEIGHT_EPS)
+        ce = F.cross_entropy(mlm_logits.float(), mlm_targets, reduction="none")
+        mlm = (ce * weight).sum() / weight.sum()
+    if len(ar_targets):
+        ar = F.cross_entropy(ar_logits.float(), ar_targets, reduction="mean")
+    return (mlm + ar_weight * ar) / (1.0 + ar_weight)

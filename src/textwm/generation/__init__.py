@@ -5,3 +5,6 @@ This package's ``__init__`` imports nothing heavy; decoders import torch in thei
 
 #: SDAR remasking strategies (:mod:`textwm.generation.remasking`); here so CLIs list them without torch.
 STRATEGIES = ("sequential", "low_confidence_static", "low_confidence_dynamic", "entropy_bounded")
+#: SDAR decoding rules: ``generate`` (JetAstra/SDAR ``generate.py``) or ``lmdeploy`` (lmdeploy's dllm engine,
+#: how the paper served its SDAR world models); see :mod:`textwm.generation.sdar`.
+SDAR_RULES = ("generate", "lmdeploy")

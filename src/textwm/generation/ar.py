@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from textwm.generation.base import Decoder
-from textwm.generation.sdar import Generation
+from textwm.generation.base import Decoder, Generation
 from textwm.generation.settings import DecodeSettings
 
 

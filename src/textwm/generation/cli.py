@@ -6,11 +6,14 @@ import logging
 import sys
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
+def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "",
+         config_cls: type | None = None) -> int:
+    """``config_cls``: an :class:`EvalGenerateConfig` subclass with other defaults (``wedlm/eval_generate.py``'s
+    upstream WeDLM temperature); default the class itself."""
     from textwm.config import ConfigCLI
     from textwm.generation.runner import EvalGenerateConfig
 
-    parsed = ConfigCLI(EvalGenerateConfig, prog=prog, description=description).parse_or_report(argv)
+    parsed = ConfigCLI(config_cls or EvalGenerateConfig, prog=prog, description=description).parse_or_report(argv)
     if parsed is None:
         return 2
     config = parsed[0]

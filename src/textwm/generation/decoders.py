@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from textwm.generation.ar import ARDecoder
-from textwm.generation.base import Decoder
-from textwm.generation.sdar import Generation, SDARDecoder
+from textwm.generation.base import Decoder, Generation
+from textwm.generation.sdar import SDARDecoder
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 

@@ -159,7 +159,7 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
     check_output_dir(config.output_dir, "--output-dir")  # before any work: a bad path fails in a second
     spec = read_spec(config.model_path, mask_token_id=config.mask_token_id)
     if spec.family == "sdar":
-        spec.require_diffusion(config.decode.block_length)
+        spec.require_diffusion(config.decode.block_length, rules=config.decode.sdar_rules)
     jobs_by_dataset = load_jobs(config)
     all_jobs = [job for jobs in jobs_by_dataset.values() for job in jobs]
     workers = workers_for(config)

@@ -1,9 +1,15 @@
 """Token sampling for the decoders: temperature, top-k, top-p, confidence and entropy.
 
-Conventions (REFERENCE.md "SDAR"): the caller sets banned logits (the mask token) to -inf first;
-``temperature == 0`` is greedy (argmax, confidence = softmax probability of the argmax);
-otherwise logits are divided by the temperature, filtered by top-k then top-p, and the token is
-drawn from the resulting distribution, whose probability of that token is the confidence.
+Conventions of :func:`sample` (AR and SDAR; REFERENCE.md "SDAR"): the caller sets banned logits
+(the mask token) to -inf first; ``temperature == 0`` is greedy (argmax, confidence = softmax
+probability of the argmax); otherwise logits are divided by the temperature, filtered by top-k then
+top-p, and the token is drawn from the resulting distribution, whose probability of that token is
+the confidence.
+
+WeDLM samples in Tencent/WeDLM's order instead (:func:`sample_filter_first`, from
+``wedlm/engine/sampler.py`` ``Sampler.sample_tokens``): top-k, then top-p on the *unscaled*
+logits, then the temperature; and it scores positions by the entropy of the raw logits
+(:func:`logits_entropy`, ``Sampler.compute_entropy``), not of the sampling distribution.
 """
 
 from __future__ import annotations
@@ -53,6 +59,36 @@ def sample(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: f
         probs = torch.softmax(scaled, dim=-1)
         tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
+
+
+def sample_filter_first(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                        generator: torch.Generator | None = None) -> Sampled:
+    """Sample one token per row of ``logits [N, V]`` in WeDLM's order (computed in float32).
+
+    Tencent/WeDLM ``wedlm/engine/sampler.py`` ``Sampler.sample_tokens``: ``temperature == 0`` is
+    the argmax of the softmax (top-k and top-p ignored); otherwise top-k, then top-p on the unscaled
+    logits, then division by the temperature, then a draw. Top-p before the temperature differs from
+    :func:`sample` whenever ``top_p < 1`` and ``temperature != 1`` (the nucleus is taken on a
+    different distribution). ``probs`` is the distribution drawn from (greedy: the raw softmax).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        probs = torch.softmax(logits, dim=-1)
+        tokens = probs.argmax(dim=-1)
+    else:
+        probs = torch.softmax(top_p_filter(top_k_filter(logits, top_k), top_p) / temperature, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
+
+
+def logits_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) of ``softmax(logits)`` per row of ``logits [N, V]``, in float32.
+
+    The entropy of the model's own distribution, before any temperature or filter (Tencent/WeDLM
+    ``Sampler.compute_entropy``: ``Categorical(logits=...).entropy()``); ``-inf`` logits add 0.
+    """
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_p.exp() * log_p.clamp(min=torch.finfo(log_p.dtype).min)).sum(dim=-1)
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:

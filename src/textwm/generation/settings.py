@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textwm.config import option
-from textwm.generation import STRATEGIES
+from textwm.generation import SDAR_RULES, STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,13 @@ class DecodeSettings:
     remasking_strategy: str = option("low_confidence_dynamic", "SDAR: which masks a step fills", choices=STRATEGIES)
     confidence_threshold: float = option(0.85, "SDAR low_confidence_dynamic: fill every mask above this confidence")
     entropy_budget: float = option(0.5, "SDAR entropy_bounded: entropy budget per step in nats")
+    sdar_rules: str = option("generate", "SDAR decoding rules: generate (JetAstra/SDAR generate.py) or lmdeploy "
+                                         "(lmdeploy's dllm engine, as the paper served its WMs)", choices=SDAR_RULES)
     repetition_penalty: float = option(1.0, ">1 discourages tokens already in the prompt or the output (1: off)")
     seed: int | None = option(None, "sampling seed (none: unseeded)")
     window_size: int = option(16, "WeDLM: slots decoded in parallel after the committed prefix")
-    entropy_threshold: float = option(0.4, "WeDLM: fill a mask when entropy + position_penalty * distance < this")
+    entropy_threshold: float = option(0.4, "WeDLM: fill a mask when its raw-logit entropy + position_penalty * "
+                                           "distance < this (else the lowest)")
     position_penalty: float = option(0.02, "WeDLM: entropy penalty per slot after the first mask")
 
     def __post_init__(self) -> None:
@@ -49,6 +52,8 @@ class DecodeSettings:
         if self.entropy_threshold < 0 or self.position_penalty < 0:
             raise ValueError("entropy_threshold and position_penalty must be >= 0, got "
                              f"{self.entropy_threshold} and {self.position_penalty}")
+        if self.sdar_rules not in SDAR_RULES:
+            raise ValueError(f"unknown SDAR rules {self.sdar_rules!r}; choose one of {', '.join(SDAR_RULES)}")
         if self.remasking_strategy not in STRATEGIES:
             raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
                              f"choose one of {', '.join(STRATEGIES)}")

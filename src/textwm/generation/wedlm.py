@@ -1,26 +1,40 @@
 """Batched WeDLM streaming parallel decoding under causal attention, with a KV cache.
 
-Semantics (REFERENCE.md "WeDLM"; the WeDLM paper's streaming parallel decoding), per prompt:
+The rules are Tencent/WeDLM's engine (``wedlm/engine/wedlm_decoder.py`` ``WeDLMDecoder``,
+``sampler.py`` ``Sampler``, ``scheduler.py`` ``Scheduler.postprocess``; REFERENCE.md "WeDLM"), per
+prompt:
 
 * the prompt is prefilled with ordinary causal attention (positions from 0);
-* a window of ``window_size`` slots follows the committed prefix, at logical positions
-  ``P, P+1, ...`` (``P`` = prompt + committed tokens); it starts as masks;
-* each step feeds the window's filled slots first, then its masks (each in logical order), every
-  slot with its true position id, under causal attention by physical order — the layout the model
-  was trained on (:mod:`textwm.diffusion.wedlm`);
-* the *leading filled run* (filled slots at ``P, P+1, ...`` before the first mask) is committed:
-  it was fed first, in order, right after the prefix, so its K/V equal a left-to-right pass and
-  stay in the cache;
-* each mask's prediction is the token at its own position (no shift). A mask is filled when
-  ``entropy + position_penalty * (position - first mask position) < entropy_threshold``; at least
-  one (the lowest score) is filled per step. The mask token is never produced;
-* the window is refilled with masks up to ``window_size`` slots, never past ``prompt + gen_length``;
-* a row ends when a committed token is a stop id (output: the tokens before it) or when
-  ``gen_length`` tokens are committed.
+* a window of ``window_size`` (W) slots follows the committed prefix, at logical positions ``P,
+  P+1, ...`` (``P`` = prompt + committed tokens); it starts as W masks (``init_wedlm_state``);
+* *refill before the forward* (``_refill_window_masks``, called by ``prepare_decode_inputs``): as
+  many masks as the window's leading run of filled slots are appended, so a forward carries that
+  run plus W further slots (W + run <= 2W in all). The window is never shrunk to the remaining
+  budget: slots past ``gen_length`` are decoded too and cut at commit;
+* each forward feeds the window's filled slots first, then its masks, each in logical order and
+  with its true position id, under causal attention by physical order (``_prepare_window_inputs``)
+  — the layout the model was trained on (:mod:`textwm.diffusion.wedlm`);
+* the *leading filled run* is committed (``_process_pruned_tokens``): it was fed first, in order,
+  right after the prefix, so its K/V equal a left-to-right pass and stay in the cache. The output
+  ends at the first committed stop id or at ``gen_length`` tokens (the rest of the run is cut;
+  ``Scheduler.postprocess``);
+* the masks of the forward are then scored on the *raw* logits (``Sampler.process_mask_positions``):
+  no token is banned (the mask token included: upstream does not suppress it), the entropy is that
+  of ``softmax(logits)`` (``compute_entropy``), before temperature and filters; a mask is filled
+  when ``entropy + position_penalty * (index - first mask index) < entropy_threshold``, else the
+  single lowest score is (``select_positions_to_fill``); its token is drawn by
+  :func:`~textwm.generation.sampling.sample_filter_first` (greedy at temperature 0; else top-k,
+  top-p on the unscaled logits, then the temperature; ``sample_tokens``).
+
+One convention of ours: a stop id ends the row with ``finish_reason == "stop"`` and is *not* in
+``token_ids`` (upstream keeps it as the last completion id). ``repetition_penalty`` is not applied
+(upstream has none).
 
 Batching: every row has its own committed length; the cache writes each row's window right after
 its own prefix and the attention mask hides other rows' offsets, so a row's tokens do not depend on
-its batch. Finished rows leave the batch.
+its batch (greedy; a seeded draw shares one generator across the batch). Rows' windows may differ
+in length (W + run): shorter ones are padded at the end, where no real slot sees them. Finished rows
+leave the batch.
 """
 
 from __future__ import annotations
@@ -30,11 +44,13 @@ from typing import Any
 
 import torch
 
-from textwm.generation.base import MaskDecoder, grow_kv_buffers
-from textwm.generation.sampling import entropy, sample
-from textwm.generation.sdar import Generation
+from textwm.generation.base import Generation, MaskDecoder, grow_kv_buffers
+from textwm.generation.sampling import logits_entropy, sample_filter_first
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
+
+#: A window slot: a token id, or None for a mask.
+Window = list[int | None]
 
 
 class RaggedKVCache:
@@ -90,6 +106,48 @@ def step_mask(pad: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Ten
     return (committed[:, None, :] | window)[:, None]
 
 
+def leading_run(window: Window) -> int:
+    """Length of the window's leading run of filled slots (the tokens the next forward commits)."""
+    run = 0
+    while run < len(window) and window[run] is not None:
+        run += 1
+    return run
+
+
+def feed_order(window: Window) -> list[int]:
+    """Window indices in feeding order: filled slots first, then masks, each ascending (``_prepare_window_inputs``)."""
+    return [i for i, t in enumerate(window) if t is not None] + [i for i, t in enumerate(window) if t is None]
+
+
+def positions_to_fill(entropies: Sequence[float], masks: Sequence[int], threshold: float,
+                      penalty: float) -> list[int]:
+    """Which masks a step fills (indices into ``masks``, the masks' window indices in order).
+
+    ``Sampler.select_positions_to_fill``: every mask whose ``entropy + penalty * (index - masks[0])``
+    is below ``threshold``; if none, the single lowest (the first on a tie).
+    """
+    scores = [e + penalty * (i - masks[0]) for i, e in zip(masks, entropies)]
+    chosen = [j for j, s in enumerate(scores) if s < threshold]
+    return chosen or [min(range(len(scores)), key=scores.__getitem__)]
+
+
+def commit_run(result: Generation, run: Sequence[int], budget: int, stop_ids: set[int]) -> bool:
+    """Append a committed run to ``result``; True when the row is finished.
+
+    ``_process_pruned_tokens`` and ``Scheduler.postprocess``: tokens are taken in order until a stop
+    id (finish "stop"; the stop id itself is left out, our convention) or until ``budget`` tokens
+    (finish "length"; the rest of the run is cut).
+    """
+    for tok in run:
+        if tok in stop_ids:
+            result.finish_reason = "stop"
+            return True
+        result.token_ids.append(tok)
+        if len(result.token_ids) >= budget:
+            return True
+    return False
+
+
 class WeDLMDecoder(MaskDecoder):
     """Streaming parallel decoder over a loaded WeDLM model (any transformers causal LM class)."""
 
@@ -99,9 +157,36 @@ class WeDLMDecoder(MaskDecoder):
         super().__init__(model, spec, pad_token_id=pad_token_id)
         self.stop_ids = set(spec.stop_ids or ())
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: RaggedKVCache):
-        return self.model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
-                          use_cache=True).logits
+    def _prefill(self, prompts: Sequence[Sequence[int]], capacity_after: int) -> tuple[RaggedKVCache, torch.Tensor]:
+        """Left-padded prompts, causal, padding keys hidden (padding queries see themselves).
+
+        Returns the cache (every row's length = the longest prompt) and ``pad [R]``, each row's padding.
+        """
+        dev, n = self.device, len(prompts)
+        start = max(len(p) for p in prompts)
+        pad = torch.tensor([start - len(p) for p in prompts], device=dev)
+        cache = RaggedKVCache(start + capacity_after, torch.zeros(n, dtype=torch.long, device=dev))
+        ids = torch.full((n, start), self.pad_id, dtype=torch.long, device=dev)
+        for i, p in enumerate(prompts):
+            ids[i, start - len(p):] = torch.tensor(p, device=dev)
+        col = torch.arange(start, device=dev)
+        key_ok = col[None, :] >= pad[:, None]
+        mask = key_ok[:, None, :] & (col[None, :, None] >= col[None, None, :])
+        mask |= torch.eye(start, dtype=torch.bool, device=dev)[None] & ~key_ok[:, :, None]
+        self._forward(ids, (col[None, :] - pad[:, None]).clamp(min=0), mask[:, None], cache)
+        cache.commit(torch.full((n,), start, device=dev))
+        return cache, pad
+
+    def _window_inputs(self, windows: Sequence[Window], bases: Sequence[int],
+                       orders: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ids, positions [R, width]``: each window in feeding order at ``base + index``, padded at the end."""
+        width = max(len(o) for o in orders)
+        ids = torch.full((len(windows), width), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((len(windows), width), dtype=torch.long)
+        for k, (window, base, order) in enumerate(zip(windows, bases, orders)):
+            ids[k, :len(order)] = torch.tensor([self.mask_id if window[i] is None else window[i] for i in order])
+            positions[k, :len(order)] = base + torch.tensor(order)
+        return ids.to(self.device), positions.to(self.device)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
@@ -117,80 +202,45 @@ class WeDLMDecoder(MaskDecoder):
         gen = torch.Generator(device=dev).manual_seed(settings.seed) if settings.seed is not None else None
         n = len(prompts)
         budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * n
-        start = max(len(p) for p in prompts)
-        pad = torch.tensor([start - len(p) for p in prompts], device=dev)
-        cache = RaggedKVCache(start + max(budgets) + width, torch.zeros(n, dtype=torch.long, device=dev))
-
-        # Prefill: left-padded prompts, causal, padding keys hidden (padding queries see themselves).
-        ids = torch.full((n, start), self.pad_id, dtype=torch.long, device=dev)
-        for i, p in enumerate(prompts):
-            ids[i, start - len(p):] = torch.tensor(p, device=dev)
-        col = torch.arange(start, device=dev)
-        key_ok = col[None, :] >= pad[:, None]
-        mask = key_ok[:, None, :] & (col[None, :, None] >= col[None, None, :])
-        mask |= torch.eye(start, dtype=torch.bool, device=dev)[None] & ~key_ok[:, :, None]
-        self._forward(ids, (col[None, :] - pad[:, None]).clamp(min=0), mask[:, None], cache)
-        cache.commit(torch.full((n,), start, device=dev))
+        # A row's forward writes at most 2W slots past its committed prefix (< prompt + budget).
+        cache, pad = self._prefill(prompts, max(budgets) + 2 * width)
 
         results = [Generation(token_ids=[], finish_reason="length", num_forwards=1) for _ in range(n)]
-        windows: list[list[int | None]] = [[None] * min(width, b) for b in budgets]   # None = mask
+        windows: list[Window] = [[None] * width for _ in range(n)]
         rows = list(range(n))                                                      # original index per active row
         while rows:
-            # Feed filled slots first, then masks, each with its logical position.
-            orders = [[i for i, t in enumerate(w) if t is not None] + [i for i, t in enumerate(w) if t is None]
-                      for w in (windows[r] for r in rows)]
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long, device=dev)
-            positions = torch.zeros((len(rows), width), dtype=torch.long, device=dev)
-            for k, (r, order) in enumerate(zip(rows, orders)):
-                base = len(prompts[r]) + len(results[r].token_ids)
-                ids[k, :len(order)] = torch.tensor([self.mask_id if windows[r][i] is None else windows[r][i]
-                                                    for i in order], device=dev)
-                positions[k, :len(order)] = base + torch.tensor(order, device=dev)
-            logits = self._forward(ids, positions, step_mask(pad, cache.lengths, width), cache)
-            logits[..., self.mask_id] = float("-inf")                  # the mask token is never produced
+            runs = [leading_run(windows[r]) for r in rows]
+            for r, run in zip(rows, runs):
+                windows[r] = windows[r] + [None] * run                             # refill before the forward
+            orders = [feed_order(windows[r]) for r in rows]
+            ids, positions = self._window_inputs([windows[r] for r in rows],
+                                                 [len(prompts[r]) + len(results[r].token_ids) for r in rows], orders)
+            logits = self._forward(ids, positions, step_mask(pad, cache.lengths, ids.shape[1]), cache)
 
-            # Predictions at every mask slot of every row, in one sampling call.
+            # Every mask slot of every row (each window has one: the refill or its first slot), scored
+            # and drawn in one call on the raw logits.
             mask_slots = [(k, slot) for k, (r, order) in enumerate(zip(rows, orders))
                           for slot, i in enumerate(order) if windows[r][i] is None]
-            tokens: list[int] = []
-            ent: list[float] = []
-            if mask_slots:
-                ks, slots = (torch.tensor(x, device=dev) for x in zip(*mask_slots))
-                drawn = sample(logits[ks, slots], temperature=settings.temperature, top_k=settings.top_k,
-                               top_p=settings.top_p, generator=gen)
-                tokens, ent = drawn.tokens.tolist(), entropy(drawn.probs).tolist()
-            committed = torch.zeros(len(rows), dtype=torch.long, device=dev)
+            ks, slots = (torch.tensor(x, device=dev) for x in zip(*mask_slots))
+            raw = logits[ks, slots]
+            tokens = sample_filter_first(raw, temperature=settings.temperature, top_k=settings.top_k,
+                                         top_p=settings.top_p, generator=gen).tokens.tolist()
+            ent = logits_entropy(raw).tolist()
+
             finished, cursor = [], 0
-            for k, (r, order) in enumerate(zip(rows, orders)):
-                res, window = results[r], windows[r]
-                res.num_forwards += 1
-                # Fill this row's masks by score (predictions come from the forward above).
-                masks = [i for i in order if window[i] is None]
+            for k, (r, run) in enumerate(zip(rows, runs)):
+                window = windows[r]
+                results[r].num_forwards += 1
+                masks = [i for i, t in enumerate(window) if t is None]
                 row_tokens, row_ent = tokens[cursor:cursor + len(masks)], ent[cursor:cursor + len(masks)]
                 cursor += len(masks)
-                # Commit the leading filled run (fed first, in order: its K/V are a causal pass).
-                lead = 0
-                while lead < len(window) and window[lead] is not None:
-                    lead += 1
-                committed[k] = lead
-                for tok in window[:lead]:
-                    if tok in self.stop_ids:
-                        res.finish_reason = "stop"
-                        break
-                    res.token_ids.append(tok)
-                if res.finish_reason == "stop" or len(res.token_ids) >= budgets[r]:
+                if commit_run(results[r], window[:run], budgets[r], self.stop_ids):
                     finished.append(k)
                     continue
-                if masks:
-                    first = masks[0]
-                    scores = [e + settings.position_penalty * (i - first) for i, e in zip(masks, row_ent)]
-                    chosen = [j for j, s in enumerate(scores) if s < settings.entropy_threshold]
-                    for j in chosen or [min(range(len(scores)), key=scores.__getitem__)]:
-                        window[masks[j]] = row_tokens[j]
-                # Slide: committed slots leave, masks join up to the window size and the budget.
-                room = budgets[r] - len(res.token_ids)
-                windows[r] = window[lead:] + [None] * (min(width, room) - (len(window) - lead))
-            cache.commit(committed)
+                for j in positions_to_fill(row_ent, masks, settings.entropy_threshold, settings.position_penalty):
+                    window[masks[j]] = row_tokens[j]
+                windows[r] = window[run:]                                          # W slots again
+            cache.commit(torch.tensor(runs, device=dev))
             if finished:
                 keep = [k for k in range(len(rows)) if k not in set(finished)]
                 if keep:

@@ -1,7 +1,8 @@
-"""World-model checkpoints: AR causal LMs, SDAR block-diffusion models, the tiny-model factory.
+"""World-model checkpoints: AR causal LMs, SDAR block-diffusion models, WeDLM, the tiny-model factory.
 
-Importing this package registers the ``sdar`` model type with transformers' Auto classes, so
-SDAR checkpoints load with ``AutoModelForCausalLM`` and no ``trust_remote_code``.
+Importing this package registers the ``sdar``, ``sdar_moe`` and ``wedlm`` model types with
+transformers' Auto classes, so SDAR (dense and MoE) and Tencent's WeDLM checkpoints load with
+``AutoModelForCausalLM`` and no ``trust_remote_code``.
 """
 
 from textwm.models.checkpoint import (
@@ -14,7 +15,8 @@ from textwm.models.checkpoint import (
     read_spec,
     resolve_device,
 )
-from textwm.models.sdar import SDARConfig, SDARForCausalLM
+from textwm.models.sdar import SDARConfig, SDARForCausalLM, SDARMoeConfig, SDARMoeForCausalLM
+from textwm.models.wedlm import WeDLMConfig, WeDLMForCausalLM
 
 __all__ = [
     "FAMILIES",
@@ -23,6 +25,10 @@ __all__ = [
     "ModelSpec",
     "SDARConfig",
     "SDARForCausalLM",
+    "SDARMoeConfig",
+    "SDARMoeForCausalLM",
+    "WeDLMConfig",
+    "WeDLMForCausalLM",
     "convert_to_block_diffusion",
     "load_model",
     "read_spec",

@@ -3,37 +3,37 @@
 Three families share one interface:
 
 * ``ar``: any Hugging Face causal LM (Qwen3, Qwen2, Llama, ...), decoded left to right;
-* ``sdar``: a block-diffusion model. Qwen3-based ones carry ``model_type: "sdar"`` (the SDAR
-  release format, see :mod:`textwm.models.sdar`); other architectures keep their model type and
-  add ``"diffusion": "sdar"``. Both add ``block_size`` and ``mask_token_id`` to ``config.json``.
-* ``wedlm``: a causal LM trained to recover masks under causal attention (WeDLM); it keeps its
-  architecture and model type and adds ``"diffusion": "wedlm"``, ``mask_token_id`` and
+* ``sdar``: a block-diffusion model. Qwen3-based ones carry ``model_type: "sdar"`` and Qwen3-MoE
+  ones ``"sdar_moe"`` (the SDAR release formats, see :mod:`textwm.models.sdar`); other
+  architectures keep their model type and add ``"diffusion": "sdar"``. All add ``block_size`` and
+  ``mask_token_id`` to ``config.json`` (hub SDAR configs lack them: :mod:`textwm.models.hub`).
+* ``wedlm``: a causal LM trained to recover masks under causal attention (WeDLM). Tencent's
+  checkpoints carry ``model_type: "wedlm"`` (:mod:`textwm.models.wedlm`); ones converted here keep
+  their architecture and model type and add ``"diffusion": "wedlm"``, ``mask_token_id`` and
   ``block_size`` (the training block of the masking ratios).
 
 The family, block size, mask token and stop ids are read from the checkpoint (never hard-coded)
-into a :class:`ModelSpec`; decoders and trainers take their settings from it.
+into a :class:`ModelSpec`; decoders and trainers take their settings from it. No checkpoint needs
+``trust_remote_code``: importing :mod:`textwm.models` registers the ``sdar``, ``sdar_moe`` and
+``wedlm`` model types with transformers.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.models import hub
+from textwm.models.hub import DIFFUSION_FIELD, CheckpointError
+
 log = logging.getLogger(__name__)
 
 FAMILIES = ("ar", "sdar", "wedlm")
-#: config.json marker: "sdar" for a block-diffusion checkpoint whose architecture is not Qwen3,
-#: "wedlm" for a WeDLM checkpoint (any architecture).
-DIFFUSION_FIELD = "diffusion"
 MASK_TOKEN = "<|MASK|>"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used as asked (missing fields, wrong family, not found)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,16 @@ class ModelSpec:
     stop_ids: tuple[int, ...]
     pad_token_id: int | None
 
-    def require_diffusion(self, block_length: int) -> None:
+    def require_diffusion(self, block_length: int, *, rules: str = "generate") -> None:
         """Check that block-diffusion decoding with ``block_length`` is possible.
 
+        Under ``rules="lmdeploy"`` a block length that does not divide the model's block size is
+        allowed with a warning: lmdeploy never reads ``block_size`` (the paper served block-4 SDAR
+        models with ``--dllm-block-length 8``), and those rules reproduce it.
+
         Raises:
-            CheckpointError: no mask token, or ``block_length`` does not divide the model's block size.
+            CheckpointError: no mask token, or (``generate`` rules) ``block_length`` does not divide
+            the model's block size.
         """
         if self.mask_token_id is None:
             raise CheckpointError(
@@ -63,9 +68,20 @@ class ModelSpec:
         if block_length < 1:
             raise CheckpointError(f"block length must be >= 1, got {block_length}")
         if self.block_size is not None and self.block_size % block_length != 0:
+            if rules == "lmdeploy":
+                _warn_block_length(self.path, self.block_size, block_length)
+                return
             raise CheckpointError(
                 f"{self.path}: block length {block_length} does not divide the model's block_size "
-                f"{self.block_size}; use a divisor of {self.block_size} (e.g. {self.block_size})")
+                f"{self.block_size}; use a divisor of {self.block_size} (e.g. {self.block_size}), or "
+                f"sdar_rules=lmdeploy (the --dllm-* flags), which decodes any block length as lmdeploy does")
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_block_length(path: str, block_size: int, block_length: int) -> None:
+    """Once per (checkpoint, block size, block length)."""
+    log.warning("%s: block length %d does not divide the model's block_size %d; lmdeploy decodes so anyway "
+                "(it never reads block_size), and so does sdar_rules=lmdeploy", path, block_length, block_size)
 
 
 @dataclass
@@ -97,46 +113,35 @@ def _local_path(path: str | os.PathLike) -> Path:
             f"(`huggingface-cli download {path} --local-dir DIR`) and pass DIR.") from exc
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-
-
-def _as_ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in (value if isinstance(value, list) else [value])]
-
-
 def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> ModelSpec:
     """Read a checkpoint's family, block size, mask token and stop ids from its JSON files.
 
+    What a hub config leaves out is filled in by the rules of :mod:`textwm.models.hub` (each
+    announced with a warning): the SDAR block size and mask id, WeDLM's hard-coded mask id.
+
     Args:
         path: a local checkpoint folder (or a hub id, downloaded if reachable).
-        mask_token_id: override for checkpoints whose config lacks it (e.g. some hub SDAR configs).
+        mask_token_id: override of the checkpoint's mask id (wins over config and rules).
     """
     local = _local_path(path)
-    config = _read_json(local / "config.json")
-    model_type = str(config.get("model_type", ""))
-    is_sdar = model_type == "sdar" or config.get(DIFFUSION_FIELD) == "sdar"
-    is_wedlm = config.get(DIFFUSION_FIELD) == "wedlm"
-    if model_type == "sdar_moe":
-        raise CheckpointError(f"{local}: SDAR MoE checkpoints are not supported yet")
-    gen_path = local / "generation_config.json"
-    stops = _as_ids(_read_json(gen_path).get("eos_token_id")) if gen_path.exists() else []
-    if not stops:
-        stops = _as_ids(config.get("eos_token_id"))
-    mask = mask_token_id if mask_token_id is not None else config.get("mask_token_id")
-    block = config.get("block_size")
-    if is_sdar and block is None:
-        log.warning("%s: config.json has no block_size; the block length is taken from the caller", local)
-    family = "sdar" if is_sdar else "wedlm" if is_wedlm else "ar"
-    return ModelSpec(path=str(local), family=family, model_type=model_type,
-                     block_size=int(block) if block is not None else None,
-                     mask_token_id=int(mask) if mask is not None else None, stop_ids=tuple(dict.fromkeys(stops)),
-                     pad_token_id=config.get("pad_token_id"))
+    config = hub.read_json(local / "config.json")
+    family = hub.family_of(config)
+    mask = mask_token_id if mask_token_id is not None else hub.mask_token_id(local, config, family)
+    return ModelSpec(path=str(local), family=family, model_type=str(config.get("model_type", "")),
+                     block_size=hub.block_size(local, config, family, str(path)),
+                     mask_token_id=int(mask) if mask is not None else None,
+                     stop_ids=tuple(hub.stop_ids(local, config, family)), pad_token_id=config.get("pad_token_id"))
+
+
+def apply_spec(model: Any, spec: ModelSpec) -> None:
+    """Write the spec's resolved block size and mask id into a loaded diffusion model's config, so
+    the in-memory config (and any checkpoint saved from it) says what the hub config left out."""
+    if spec.family == "ar":
+        return
+    if spec.block_size is not None:
+        model.config.block_size = spec.block_size
+    if spec.mask_token_id is not None:
+        model.config.mask_token_id = spec.mask_token_id
 
 
 def resolve_device(name: str = "auto"):
@@ -171,17 +176,18 @@ def load_model(path: str | os.PathLike, *, device: str = "auto", dtype: str = "a
     """Load tokenizer, model (eval mode, on ``device``) and :class:`ModelSpec` of a checkpoint."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import textwm.models.sdar  # noqa: F401  (registers the sdar model type)
+    from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
     spec = read_spec(path, mask_token_id=mask_token_id)
     dev = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(spec.path)
-    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(dtype, dev),
+    tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(dtype, dev), trust_remote_code=False,
                                                  attn_implementation=attn_implementation)
     model.to(dev).eval()
+    apply_spec(model, spec)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    stops = spec.stop_ids or tuple(_as_ids(tokenizer.eos_token_id))
+    stops = spec.stop_ids or tuple(hub.as_ids(tokenizer.eos_token_id))
     spec = ModelSpec(**{**spec.__dict__, "stop_ids": stops,
                         "pad_token_id": spec.pad_token_id if spec.pad_token_id is not None else tokenizer.pad_token_id})
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec)
@@ -206,7 +212,7 @@ def convert_to_wedlm(model: Any, tokenizer: Any, block_size: int) -> int:
     """
     if block_size < 1:
         raise CheckpointError(f"block_size must be >= 1, got {block_size}")
-    if getattr(model.config, "model_type", None) == "sdar":
+    if getattr(model.config, "model_type", None) in hub.SDAR_MODEL_TYPES:
         as_autoregressive(model)
     mask_id = add_mask_token(model, tokenizer)
     model.config.block_size = block_size
@@ -221,24 +227,21 @@ def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> i
     Adds ``<|MASK|>`` to the tokenizer if it has no mask token, grows the embeddings if the id
     falls outside them (new rows = mean of the old ones), and writes the SDAR fields into the
     config. A Qwen3 model becomes :class:`~textwm.models.sdar.SDARForCausalLM` (``model_type:
-    "sdar"``, the format SDAR tools read); other architectures keep their model type and get
-    ``"diffusion": "sdar"``.
+    "sdar"``, the format SDAR tools read), a Qwen3-MoE one ``SDARMoeForCausalLM`` (``"sdar_moe"``);
+    other architectures keep their model type and get ``"diffusion": "sdar"``.
     """
-    from textwm.models.sdar import SDARConfig, SDARForCausalLM
+    from textwm.models.sdar import SDARConfig, SDARForCausalLM, SDARMoeConfig, SDARMoeForCausalLM
 
     if block_size < 1:
         raise CheckpointError(f"block_size must be >= 1, got {block_size}")
-    if getattr(model.config, DIFFUSION_FIELD, None) == "wedlm":
+    if hub.family_of(model.config.to_dict()) == "wedlm":
         as_autoregressive(model)
     mask_id = add_mask_token(model, tokenizer)
-    if model.config.model_type in ("qwen3", "sdar"):
-        config = SDARConfig(**{k: v for k, v in model.config.to_dict().items()
-                               if k not in ("model_type", "architectures", "transformers_version")})
-        config.block_size, config.mask_token_id = block_size, mask_id
-        config.vocab_size = model.get_input_embeddings().weight.shape[0]
-        # Same module tree and weights: only the config class (and so the saved model_type) changes.
-        model.config = config
-        model.__class__ = SDARForCausalLM
+    sdar_classes = {"qwen3": (SDARConfig, SDARForCausalLM), "sdar": (SDARConfig, SDARForCausalLM),
+                    "qwen3_moe": (SDARMoeConfig, SDARMoeForCausalLM), "sdar_moe": (SDARMoeConfig, SDARMoeForCausalLM)}
+    if model.config.model_type in sdar_classes:
+        _retype(model, *sdar_classes[model.config.model_type], block_size=block_size, mask_token_id=mask_id,
+                vocab_size=model.get_input_embeddings().weight.shape[0])
     else:
         model.config.block_size = block_size
         model.config.mask_token_id = mask_id
@@ -246,16 +249,38 @@ def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> i
     return mask_id
 
 
+def _retype(model: Any, config_cls: type, model_cls: type, *, drop: tuple[str, ...] = (), **fields: Any) -> None:
+    """Give ``model`` the config class ``config_cls`` (its saved model type) and the class ``model_cls``:
+    same module tree and weights, only the classes change. ``drop``: config keys to leave out."""
+    skip = ("model_type", "architectures", "transformers_version", *drop)
+    config = config_cls(**{k: v for k, v in model.config.to_dict().items() if k not in skip})
+    for name, value in fields.items():
+        setattr(config, name, value)
+    model.config = config
+    model.__class__ = model_cls
+
+
+def _ar_classes(config: Any) -> tuple[type, type]:
+    """The plain causal-LM classes of an SDAR / hub WeDLM model type (:mod:`textwm.models.wedlm` variants)."""
+    import transformers as tf
+
+    if config.model_type == "sdar":
+        return tf.Qwen3Config, tf.Qwen3ForCausalLM
+    if config.model_type == "sdar_moe":
+        return tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM
+    if config.qk_norm and not config.attention_bias:
+        return tf.Qwen3Config, tf.Qwen3ForCausalLM
+    if not config.qk_norm and config.attention_bias:
+        return tf.Qwen2Config, tf.Qwen2ForCausalLM
+    raise CheckpointError(f"WeDLM config with qk_norm={config.qk_norm} and attention_bias={config.attention_bias} "
+                          "is neither Qwen3 nor Qwen2.5: it has no plain causal-LM class to be saved as")
+
+
 def as_autoregressive(model: Any) -> None:
     """Drop the SDAR / WeDLM marker so a checkpoint trained with the AR objective saves as an AR model."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    if getattr(model.config, "model_type", None) == "sdar":
-        config = Qwen3Config(**{k: v for k, v in model.config.to_dict().items()
-                                if k not in ("model_type", "architectures", "transformers_version",
-                                             "block_size", "mask_token_id")})
-        model.config = config
-        model.__class__ = Qwen3ForCausalLM
+    model_type = getattr(model.config, "model_type", None)
+    if model_type in (*hub.SDAR_MODEL_TYPES, hub.WEDLM_MODEL_TYPE):
+        _retype(model, *_ar_classes(model.config), drop=("block_size", "mask_token_id", "qk_norm"))
     elif hasattr(model.config, DIFFUSION_FIELD):
         delattr(model.config, DIFFUSION_FIELD)
         for name in ("block_size", "mask_token_id"):
@@ -267,7 +292,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_
     """:func:`convert_to_block_diffusion` on disk: load ``src``, convert, save to ``dst``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import textwm.models.sdar  # noqa: F401
+    from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
     local = _local_path(src)
     if Path(dst).resolve() == local.resolve():

@@ -2,7 +2,9 @@
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained on the given texts (with Qwen's
 special tokens and a ChatML chat template), and a Qwen3 model of a named size is initialised at
-random. Used by the tests, CPU runs, the demo, and the GPU benchmarks (``qwen3-8b`` shape).
+random (``family="sdar_moe"``: a Qwen3-MoE one, SDAR-30B-A3B's architecture, with
+:data:`TINY_MOE` experts). Used by the tests, CPU runs, the demo, and the GPU benchmarks
+(``qwen3-8b`` shape).
 
     build_tiny_checkpoint("runs/tiny_sdar", texts, family="sdar", size="tiny", block_size=4)
 """
@@ -52,6 +54,12 @@ SIZES: dict[str, ModelSize] = {
 }
 
 
+#: Experts of the tiny MoE models: 4 experts of a quarter of the dense MLP width, 2 per token, every
+#: layer sparse, top-k weights renormalised (SDAR-30B-A3B / Qwen3-30B-A3B: 128 experts, 8 per token).
+TINY_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": True}
+TINY_FAMILIES = ("ar", "sdar", "sdar_moe", "wedlm")
+
+
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_token: bool = False) -> Any:
     """Train a byte-level BPE tokenizer on ``texts``; returns a ``PreTrainedTokenizerFast``.
 
@@ -82,12 +90,13 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_t
 def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: int = 4,
                 mask_token_id: int | None = None, pad_token_id: int | None = None,
                 eos_token_id: int | list[int] | None = None, max_position_embeddings: int = 40960) -> Any:
-    """A Qwen3 (``family="ar"``), SDAR (``"sdar"``) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM
-    fields) config of a named :data:`SIZES` shape."""
+    """A Qwen3 (``family="ar"``), SDAR (``"sdar"``), SDAR-MoE (``"sdar_moe"``: Qwen3-MoE plus the
+    SDAR fields, :data:`TINY_MOE` experts) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM fields)
+    config of a named :data:`SIZES` shape."""
     from transformers import Qwen3Config
 
     from textwm.models.checkpoint import DIFFUSION_FIELD
-    from textwm.models.sdar import SDARConfig
+    from textwm.models.sdar import SDARConfig, SDARMoeConfig
 
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
@@ -96,10 +105,13 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: i
                   pad_token_id=pad_token_id, eos_token_id=eos_token_id, rms_norm_eps=1e-6, **shape)
     if family == "ar":
         return Qwen3Config(**common)
+    if family in ("sdar", "sdar_moe") and mask_token_id is None:
+        raise ValueError(f"an {family} config needs mask_token_id")
     if family == "sdar":
-        if mask_token_id is None:
-            raise ValueError("an SDAR config needs mask_token_id")
         return SDARConfig(block_size=block_size, mask_token_id=mask_token_id, **common)
+    if family == "sdar_moe":
+        return SDARMoeConfig(block_size=block_size, mask_token_id=mask_token_id,
+                             moe_intermediate_size=max(SIZES[size].intermediate_size // 4, 1), **TINY_MOE, **common)
     if family == "wedlm":
         if mask_token_id is None:
             raise ValueError("a WeDLM config needs mask_token_id")
@@ -107,7 +119,7 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: i
         config.block_size, config.mask_token_id = block_size, mask_token_id
         setattr(config, DIFFUSION_FIELD, "wedlm")
         return config
-    raise ValueError(f"family must be 'ar', 'sdar' or 'wedlm', got {family!r}")
+    raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
 
 
 def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
@@ -146,7 +158,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
     ``vocab_size`` bounds the BPE vocabulary; ``embedding_rows`` pads the embedding beyond it (to
     reach a real model's parameter count, e.g. 151936 rows like Qwen3).
     """
-    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family in ("sdar", "wedlm"))
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family != "ar")
     model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
                              vocab_size=embedding_rows)
     path = save_checkpoint(model, tokenizer, out_dir)

@@ -13,12 +13,16 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
-from textwm.serving.launch import BACKENDS, BackendSpec, server_decode_defaults
+from textwm.serving.launch import BACKENDS, BackendSpec, DllmFlags, server_decode_defaults, with_dllm_flags
 from textwm.serving.proxy import ProxyConfig
 from textwm.web import ServerSecurity, check_bind
+
+if TYPE_CHECKING:
+    from textwm.serving.engine import EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +56,24 @@ class ServerConfig:
     mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
     decode: DecodeSettings = option(help="decoding defaults (requests may override them)",
                                     default_factory=server_decode_defaults, rename={"gen_length": "max_tokens"})
+    dllm: DllmFlags = option(help="lmdeploy's spellings of the SDAR flags", default_factory=DllmFlags)
     allow_client_chat_template: bool = option(False, "accept a chat_template in chat_template_kwargs (rendered in "
                                                      "a sandboxed process with time and size limits)")
     security: ServerSecurity = option(help="access and limits", default_factory=ServerSecurity)
 
     def __post_init__(self) -> None:
         check_bind(self.host, self.security)
+        self.decode = with_dllm_flags(self.decode, self.dllm)
+
+    def engine_config(self) -> EngineConfig:
+        """The serving engine's config (its decoding defaults: ``decode`` with the lmdeploy spellings applied)."""
+        from textwm.serving.engine import EngineConfig
+
+        return EngineConfig(
+            served_model_name=self.served_model_name or Path(self.model_path.rstrip("/")).name,
+            defaults=self.decode, max_batch_size=self.max_batch_size, max_queue=self.max_queue,
+            batch_wait_ms=self.batch_wait_ms, max_model_len=self.max_model_len,
+            allow_client_chat_template=self.allow_client_chat_template)
 
 
 @dataclass
@@ -98,16 +114,12 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
 
     from textwm.models.checkpoint import CheckpointError, load_model
     from textwm.serving.app import create_app
-    from textwm.serving.engine import Engine, EngineConfig
+    from textwm.serving.engine import Engine
 
     try:
         loaded = load_model(config.model_path, device=config.device, dtype=config.dtype,
                             mask_token_id=config.mask_token_id)
-        engine_config = EngineConfig(
-            served_model_name=config.served_model_name or Path(config.model_path.rstrip("/")).name,
-            defaults=config.decode, max_batch_size=config.max_batch_size, max_queue=config.max_queue,
-            batch_wait_ms=config.batch_wait_ms, max_model_len=config.max_model_len,
-            allow_client_chat_template=config.allow_client_chat_template)
+        engine_config = config.engine_config()
         engine = Engine(loaded, engine_config)
     except (CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -152,8 +164,12 @@ def stack_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
             print("error: --model-path is required", file=sys.stderr)
             return 2
         upstream = f"http://{spec.host}:{spec.port}"
-        commands = [server_command(spec), proxy_command(config.port, upstream, upstream_kind=spec.backend,
-                                                        host=spec.host)]
+        try:
+            commands = [server_command(spec), proxy_command(config.port, upstream, upstream_kind=spec.backend,
+                                                            host=spec.host)]
+        except ValueError as exc:  # the checkpoint cannot be served so (CheckpointError is one too)
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         if config.action == "print-command":
             for argv_ in commands:
                 print(" ".join(argv_))

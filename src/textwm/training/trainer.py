@@ -88,7 +88,9 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
         else:
             _check_diffusion_fields(spec, config)
         objective = WeDLMObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
-                                   mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length)
+                                   mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
+                                   loss_normalisation=config.wedlm_loss_normalisation,
+                                   accumulation_steps=config.gradient_accumulation_steps)
     else:
         if spec.family != "ar":
             as_autoregressive(model)
