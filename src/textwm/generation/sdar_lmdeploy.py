@@ -32,6 +32,10 @@ strategy ``low_confidence_dynamic``, threshold 0.85). These are InternLM/lmdeplo
 Not reproduced: lmdeploy also penalises the padding id of rows with fewer generated tokens than others in
 its batch (a batch-dependent effect); here a row decodes as if alone. Its mask id is hard-coded (151669,
 ``pytorch/configurations/sdar.py``); here it is the checkpoint's.
+
+"As if alone" holds for greedy decoding. A seeded draw shares one generator across the batch, and rows whose
+block is done keep drawing during the batch's remaining forwards, so seeded samples depend on the batch-mates
+(as in the WeDLM decoder); lmdeploy's own random stream is not reproduced either.
 """
 
 from __future__ import annotations
