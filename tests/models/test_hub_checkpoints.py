@@ -23,6 +23,8 @@ from transformers import (
 from textwm.models.checkpoint import CheckpointError, as_autoregressive, load_model, read_spec
 from textwm.models.sdar import SDARConfig, SDARMoeConfig
 from textwm.models.wedlm import WeDLMConfig
+from textwm.training.config import SFTConfig
+from textwm.training.trainer import prepare_model
 
 HUB = Path(__file__).parent / "fixtures" / "hub"
 SDAR_STOPS = (151645, 151643)  # <|im_end|>, <|endoftext|> (generation_config.json)
@@ -173,8 +175,10 @@ def test_hub_like_sdar_checkpoint_loads_with_filled_in_fields(tiny_sdar_dir, tmp
     mask = loaded.tokenizer.convert_tokens_to_ids("<|MASK|>")
     assert (loaded.spec.family, loaded.spec.block_size, loaded.spec.mask_token_id) == ("sdar", 8, mask)
     assert (loaded.model.config.block_size, loaded.model.config.mask_token_id) == (8, mask)
-    plain = AutoModelForCausalLM.from_pretrained(path)  # the trainer's way: the same values, no load_model
-    assert (plain.config.block_size, plain.config.mask_token_id) == (8, mask)
+    trainer_model, _, objective = prepare_model(SFTConfig(model_name_or_path=str(path), train_file="t.jsonl",
+                                                          objective="sdar", block_length=8), "sdpa")
+    assert (trainer_model.config.block_size, trainer_model.config.mask_token_id, objective.mask_token_id) == \
+        (8, mask, mask)                                   # the trainer's way: the same values
     loaded.model.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert (saved["block_size"], saved["mask_token_id"]) == (8, mask) and "auto_map" not in saved

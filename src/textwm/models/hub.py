@@ -141,21 +141,6 @@ def mask_token_id(local: Path, config: dict[str, Any], family: str, level: int =
     return None
 
 
-def fill_missing_fields(model: Any, path: Any) -> None:
-    """Give a model loaded from a local hub SDAR folder the block size and mask id its config.json
-    lacks (the rules above, announced at INFO: ``read_spec`` warns about them), so every way of loading
-    one (``load_model``, the trainer, a plain ``from_pretrained``) sees the same values."""
-    local = Path(path)
-    if not (local / "config.json").is_file():
-        return  # a hub id: read_spec resolves it to a local folder first
-    config = read_json(local / "config.json")
-    family = family_of(config)
-    if config.get("block_size") is None:
-        model.config.block_size = block_size(local, config, family, str(path), level=logging.INFO)
-    if config.get("mask_token_id") is None:
-        model.config.mask_token_id = mask_token_id(local, config, family, level=logging.INFO)
-
-
 def _wedlm_training_mask_id(local: Path, config: dict[str, Any], level: int) -> int:
     vocab = config.get("vocab_size")
     if vocab is not None and int(vocab) <= WEDLM_TRAINING_MASK_ID:

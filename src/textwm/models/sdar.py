@@ -32,8 +32,6 @@ from transformers import (
     Qwen3MoeForCausalLM,
 )
 
-from textwm.models import hub
-
 SDAR_MODEL_TYPE = "sdar"
 SDAR_MOE_MODEL_TYPE = "sdar_moe"
 
@@ -65,18 +63,7 @@ class SDARConfig(HubConfigMixin, Qwen3Config):
     mask_token_id: int | None = None
 
 
-class HubFieldsMixin:
-    """After ``from_pretrained`` of a local folder whose config.json lacks ``block_size`` /
-    ``mask_token_id`` (the hub SDAR ones), fills them in by :mod:`textwm.models.hub`'s rules."""
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any):
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        hub.fill_missing_fields(model, pretrained_model_name_or_path)
-        return model
-
-
-class SDARForCausalLM(HubFieldsMixin, Qwen3ForCausalLM):
+class SDARForCausalLM(Qwen3ForCausalLM):
     """Qwen3ForCausalLM reading an SDAR config (the attention pattern is chosen by the caller's mask)."""
 
     config_class = SDARConfig
@@ -99,7 +86,7 @@ class SDARMoeConfig(HubConfigMixin, Qwen3MoeConfig):
         return out
 
 
-class SDARMoeForCausalLM(HubFieldsMixin, Qwen3MoeForCausalLM):
+class SDARMoeForCausalLM(Qwen3MoeForCausalLM):
     """Qwen3MoeForCausalLM reading an SDAR-MoE config."""
 
     config_class = SDARMoeConfig

@@ -189,12 +189,7 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
             "lmdeploy hard-codes for SDAR models (lmdeploy/pytorch/configurations/sdar.py, "
             "SDARModelConfigBuilder.build): it would decode with the wrong mask token. Serve this checkpoint "
             "with --backend native, or give it a tokenizer whose <|MASK|> is 151669")
-    if given or ckpt.block_size is None:
-        if not given:
-            log.warning("notice: %s has no block_size in config.json; lmdeploy gets --dllm-block-length %d",
-                        spec.model_path, d.block_length)
-        return d.block_length
-    return ckpt.block_size
+    return d.block_length if given else ckpt.block_size   # read_spec gives every SDAR checkpoint a block size
 
 
 def proxy_command(port: int, upstream: str, *, upstream_kind: str = "auto", host: str = "127.0.0.1",

@@ -23,6 +23,7 @@ from textwm.data.schema import validate_target_row
 from textwm.models.checkpoint import (
     CheckpointError,
     ModelSpec,
+    apply_spec,
     as_autoregressive,
     convert_to_block_diffusion,
     convert_to_wedlm,
@@ -60,7 +61,7 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import textwm.models.sdar  # noqa: F401  (registers the sdar model type)
+    import textwm.models  # noqa: F401  (registers the sdar, sdar_moe and wedlm model types)
 
     spec = read_spec(config.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
@@ -69,6 +70,7 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
     # fp32 master weights; bf16 comes from the Trainer's autocast (config.bf16).
     model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=torch.float32,
                                                  attn_implementation=attn_implementation)
+    apply_spec(model, spec)  # what a hub config leaves out (block size, mask id), as load_model does
     pad_id = tokenizer.pad_token_id
     if config.objective == "sdar":
         if spec.family != "sdar":
