@@ -1,18 +1,24 @@
-"""Decode throughput of the SDAR and WeDLM decoders vs HF `generate` (AR) on the *same* random weights (GPU).
+"""Decode throughput of every decoder on the *same* random weights (GPU): HF ``generate`` (AR, dynamic and
+static cache), the reference decoders and the static-shape engine (AR, SDAR, WeDLM).
 
-A random model of a named shape (default: Qwen3-8B, bf16) decodes random prompts of PROMPT_LEN
-tokens for NEW_TOKENS tokens at each batch size; SDAR with block 4 and 1 and 4 denoising steps;
-WeDLM streaming decoding with a window of 16 at two entropy thresholds that bound its speed on
-random weights (whose entropy is ~log V): 0.4, the default, fills one mask per forward (its
-slowest), and 1000 fills every mask at once (its fastest: a window per forward, since the forward that
-commits a window also decodes the masks refilled behind it, as Tencent/WeDLM does); AR with HF
-generate's default dynamic KV cache; all greedy. Stop ids are disabled so every row generates
-exactly NEW_TOKENS tokens. Prints one line per configuration and writes JSON.
+A random model of a named shape (default Qwen3-8B, bf16) decodes random prompts of PROMPT_LEN tokens for
+NEW_TOKENS tokens at each batch size, greedy, with stop ids disabled so that every row generates exactly
+NEW_TOKENS tokens. SDAR: block 4 at 1 and 4 denoising steps (generate.py rules; and lmdeploy's rules at 1
+step); WeDLM: window 16 at two entropy thresholds that bound its speed on random weights (whose entropy is
+~log V): 0.4, the default, fills one mask per forward (its slowest), 1000 fills every mask (its fastest).
 
-    python scripts/bench_decode.py --size qwen3-8b --batch-sizes 1 32 --out runs/bench_decode.json
+Each line gives tok/s, forwards per generated token per row, and the fraction of the weight-read roofline:
+the speed if every forward took only the time to read the weights once (weight bytes / the copy bandwidth
+measured at the start), at the forwards per token measured. Timings include the prefill of the prompts
+(1024 tokens x batch: at batch 128 over 2 PFLOP, seconds on its own); engine runs also print their decode
+steps alone ("decode only", from the engine's own clock). Engine runs are timed on their second run (the
+first captures the CUDA graphs). Writes JSON.
+
+    python scripts/bench_decode.py --size qwen3-8b --batch-sizes 1 32 128 --new-tokens 128
 """
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -20,24 +26,51 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from textwm.generation.engine.decoder import EngineDecoder
 from textwm.generation.sdar import SDARDecoder
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
 from textwm.models.tiny import tiny_config
 
+DECODERS = ("hf_dynamic", "hf_static", "ref_sdar", "ref_wedlm", "engine_ar", "engine_sdar", "engine_wedlm")
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + written), as the weight-read ceiling."""
+    src = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    return 2 * src.numel() * 10 / (time.perf_counter() - start)
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - start
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="qwen3-8b")
     p.add_argument("--vocab-size", type=int, default=151936)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 128])
     p.add_argument("--prompt-len", type=int, default=1024)
-    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--block-length", type=int, default=4)
     p.add_argument("--steps", type=int, nargs="+", default=[1, 4])
     p.add_argument("--window", type=int, default=16, help="WeDLM window")
     p.add_argument("--entropy-thresholds", type=float, nargs="+", default=[0.4, 1000.0])
+    p.add_argument("--decoders", nargs="+", default=list(DECODERS), choices=DECODERS)
+    p.add_argument("--attention", default="sdpa", choices=["sdpa", "grouped"], help="the engine's attention")
     p.add_argument("--out", default="runs/bench_decode.json")
     args = p.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
@@ -48,61 +81,87 @@ def main() -> int:
     config.tie_word_embeddings = False
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
-    n_params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = copy_bandwidth()
+    t_weights = weight_bytes / bandwidth
     spec = ModelSpec(path="random", family="sdar", model_type="sdar", block_size=args.block_length,
                      mask_token_id=mask_id, stop_ids=(), pad_token_id=0)
-    sdar = SDARDecoder(model, spec)
-    wedlm = WeDLMDecoder(model, ModelSpec(**{**spec.__dict__, "family": "wedlm"}))
-    print(f"{args.size}: {n_params / 1e9:.2f}B parameters, {weight_bytes / 1e9:.1f} GB bf16, "
-          f"{torch.cuda.get_device_name()}", flush=True)
+    specs = {f: ModelSpec(**{**spec.__dict__, "family": f}) for f in ("ar", "sdar", "wedlm")}
+    print(f"{args.size}: {weight_bytes / 1e9:.1f} GB bf16, {torch.cuda.get_device_name()}, copy bandwidth "
+          f"{bandwidth / 1e12:.2f} TB/s: one weight read {t_weights * 1e3:.2f} ms", flush=True)
     results = []
 
-    def timed(fn):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = fn()
-        torch.cuda.synchronize()
-        return out, time.perf_counter() - start
+    def record(name, bsz, secs, tokens, forwards, **extra):
+        per_token = forwards / (tokens / bsz)
+        roofline = bsz / per_token / t_weights
+        row = {"decoder": name, "batch": bsz, "seconds": secs, "tokens_per_s": tokens / secs,
+               "forwards_per_token": per_token, "roofline_tokens_per_s": roofline,
+               "roofline_fraction": tokens / secs / roofline, **extra}
+        results.append(row)
+        print(f"{name:34s} batch {bsz:3d}: {tokens / secs:9.1f} tok/s  {per_token:5.2f} fwd/tok  "
+              f"{100 * row['roofline_fraction']:5.1f}% of {roofline:9.1f}  ({secs:.2f} s)", flush=True)
 
     for bsz in args.batch_sizes:
         prompts = torch.randint(1, mask_id, (bsz, args.prompt_len)).tolist()
         ids = torch.tensor(prompts, device="cuda")
-        with torch.no_grad():
-            model.generate(input_ids=ids[:, :16], max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
-            out, secs = timed(lambda ids=ids: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                                     max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                                     do_sample=False, eos_token_id=None, pad_token_id=0))
-        new = out.shape[1] - args.prompt_len
-        results.append({"decoder": "ar_hf_generate", "batch": bsz, "steps": None, "seconds": secs,
-                        "tokens_per_s": bsz * new / secs, "forwards": new})
-        print(f"AR   hf generate   batch {bsz:3d}: {bsz * new / secs:9.1f} tok/s ({secs:.2f} s)", flush=True)
+        for cache in ("dynamic", "static"):
+            if f"hf_{cache}" not in args.decoders:
+                continue
+            kw = {"cache_implementation": "static", "disable_compile": True} if cache == "static" else {}
+            with torch.no_grad():
+                model.generate(input_ids=ids[:, :16], max_new_tokens=4, do_sample=False, eos_token_id=None,
+                               pad_token_id=0, **kw)
+                out, secs = timed(lambda ids=ids, kw=kw: model.generate(
+                    input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                    min_new_tokens=args.new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0, **kw))
+            new = out.shape[1] - args.prompt_len
+            record(f"AR   HF generate, {cache} cache", bsz, secs, bsz * new, new)
+        runs = []   # (name, decoder factory, settings, engine?)
         for steps in args.steps:
-            settings = DecodeSettings(gen_length=args.new_tokens, temperature=0, block_length=args.block_length,
-                                      denoising_steps=steps)
-            sdar.generate([x[:16] for x in prompts], DecodeSettings(gen_length=8, temperature=0,
-                                                                     block_length=args.block_length, denoising_steps=steps))
-            gens, secs = timed(lambda settings=settings, prompts=prompts: sdar.generate(prompts, settings))
+            s = DecodeSettings(gen_length=args.new_tokens, temperature=0, block_length=args.block_length,
+                               denoising_steps=steps)
+            runs.append((f"SDAR b{args.block_length} s{steps} reference", "ref_sdar", SDARDecoder, "sdar", s))
+            runs.append((f"SDAR b{args.block_length} s{steps} engine", "engine_sdar", None, "sdar", s))
+        lm = DecodeSettings(gen_length=args.new_tokens, temperature=0, block_length=args.block_length,
+                            denoising_steps=1, sdar_rules="lmdeploy")
+        runs.append((f"SDAR b{args.block_length} s1 lmdeploy rules engine", "engine_sdar", None, "sdar", lm))
+        for tau in args.entropy_thresholds:
+            s = DecodeSettings(gen_length=args.new_tokens, temperature=0, window_size=args.window,
+                               entropy_threshold=tau)
+            runs.append((f"WeDLM w{args.window} tau {tau:g} reference", "ref_wedlm", WeDLMDecoder, "wedlm", s))
+            runs.append((f"WeDLM w{args.window} tau {tau:g} engine", "engine_wedlm", None, "wedlm", s))
+        runs.append(("AR   engine", "engine_ar", None, "ar", DecodeSettings(gen_length=args.new_tokens,
+                                                                             temperature=0)))
+        engines: dict[str, EngineDecoder] = {}
+        for name, key, ref_cls, family, settings in runs:
+            if key not in args.decoders:
+                continue
+            if ref_cls is not None:
+                dec = ref_cls(model, specs[family])
+                dec.generate([x[:16] for x in prompts], DecodeSettings(**{**settings.__dict__, "gen_length": 8}))
+                gens, secs = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
+            else:
+                dec = engines.get(family) or EngineDecoder(model, specs[family], max_rows=bsz, attention=args.attention)
+                engines = {family: dec}   # one engine's cache at a time
+                _, first = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
+                before = dataclasses.replace(dec.engine.stats)
+                gens, secs = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
             n_tok = sum(len(g.token_ids) for g in gens)
-            results.append({"decoder": "sdar", "batch": bsz, "steps": steps, "seconds": secs,
-                            "tokens_per_s": n_tok / secs, "forwards": gens[0].num_forwards})
-            print(f"SDAR block {args.block_length} steps {steps} batch {bsz:3d}: {n_tok / secs:9.1f} tok/s "
-                  f"({secs:.2f} s, {gens[0].num_forwards} forwards)", flush=True)
-        for threshold in args.entropy_thresholds:
-            settings = DecodeSettings(gen_length=args.new_tokens, temperature=0, window_size=args.window,
-                                      entropy_threshold=threshold)
-            wedlm.generate([x[:16] for x in prompts], DecodeSettings(gen_length=8, temperature=0))
-            gens, secs = timed(lambda settings=settings, prompts=prompts: wedlm.generate(prompts, settings))
-            n_tok = sum(len(g.token_ids) for g in gens)
-            results.append({"decoder": "wedlm", "batch": bsz, "window": args.window, "entropy_threshold": threshold,
-                            "seconds": secs, "tokens_per_s": n_tok / secs, "forwards": gens[0].num_forwards})
-            print(f"WeDLM window {args.window} tau {threshold:g} batch {bsz:3d}: {n_tok / secs:9.1f} tok/s "
-                  f"({secs:.2f} s, {gens[0].num_forwards} forwards)", flush=True)
+            fwd = max(g.num_forwards for g in gens)
+            record(name, bsz, secs, n_tok, fwd)
+            if ref_cls is None:   # the same run without its prefill: decode steps only
+                stats = dec.engine.stats
+                decode_s = stats.decode_s - before.decode_s
+                record(name + " (decode only)", bsz, decode_s, n_tok, fwd, graphs=dec.engine.forward.num_graphs,
+                       first_run_s=first, prefill_s=stats.prefill_s - before.prefill_s)
+        engines.clear()
+        torch.cuda.empty_cache()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"size": args.size, "parameters": n_params, "prompt_len": args.prompt_len,
+    out.write_text(json.dumps({"size": args.size, "weight_bytes": weight_bytes, "prompt_len": args.prompt_len,
                                "new_tokens": args.new_tokens, "gpu": torch.cuda.get_device_name(),
-                               "torch": torch.__version__, "results": results}, indent=2))
+                               "copy_bandwidth": bandwidth, "torch": torch.__version__, "results": results},
+                              indent=2))
     return 0
 
 

@@ -4,6 +4,8 @@
     python scripts/make_tiny_model.py --family ar --size small --out runs/small_ar
     python scripts/make_tiny_model.py --family sdar_moe --out runs/tiny_sdar_moe     # Qwen3-MoE + SDAR fields
     python scripts/make_tiny_model.py --family sdar --size qwen3-0.6b --embedding-rows 65536 --out runs/sdar_0p5b
+    python scripts/make_tiny_model.py --family sdar --size qwen3-0.6b --embedding-rows 151936 \
+        --mask-token-id 151669 --out runs/sdar_lmdeploy     # servable by lmdeploy (its hard-coded mask id)
 """
 
 import argparse
@@ -28,12 +30,16 @@ def main() -> int:
     p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")
     p.add_argument("--embedding-rows", type=int, default=None,
                    help="pad the embedding to this many rows (a real model's parameter count)")
+    p.add_argument("--mask-token-id", type=int, default=None,
+                   help="mask at this embedding row (past the tokenizer's vocabulary) instead of the tokenizer's "
+                        "<|MASK|>; lmdeploy needs 151669 (with --embedding-rows 151936)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     rows = [r for path in args.texts for r in read_jsonl(path, validate=validate_row).rows]
     build_tiny_checkpoint(args.out, chat_texts(rows), family=args.family, size=args.size, block_size=args.block_size,
-                          vocab_size=args.vocab_size, seed=args.seed, embedding_rows=args.embedding_rows)
+                          vocab_size=args.vocab_size, seed=args.seed, embedding_rows=args.embedding_rows,
+                          mask_token_id=args.mask_token_id)
     return 0
 
 

@@ -58,3 +58,16 @@ def test_bad_inputs(tiny_sdar_dir, tiny_ar_dir, data_dir, tmp_path):
     res = run_script("sdar/eval_generate.py", "--model-path", str(tiny_sdar_dir), "--data-dir", str(data_dir),
                      "--datasets", "test", "--output-dir", str(tmp_path), "--num-gpus", "0", "--block-length", "3")
     assert res.returncode == 2 and "does not divide the model's block_size 8" in res.stderr
+
+
+@pytest.mark.slow
+def test_eval_generate_with_the_static_engine_writes_the_reference_rows(tiny_sdar_dir, data_dir, tmp_path):
+    outputs = {}
+    for engine in ("reference", "static"):
+        out = tmp_path / engine
+        res = run_script("sdar/eval_generate.py", "--model-path", str(tiny_sdar_dir), "--data-dir", str(data_dir),
+                         "--datasets", "test", "--output-dir", str(out), "--num-gpus", "0", "--per-batch", "3",
+                         "--gen-length", "8", "--temperature", "0", "--engine", engine)
+        assert res.returncode == 0, res.stderr
+        outputs[engine] = [r["prediction_raw"] for r in _rows(out / "test_outputs.jsonl")]
+    assert outputs["static"] == outputs["reference"]

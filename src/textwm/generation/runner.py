@@ -23,6 +23,7 @@ from typing import Any
 from textwm.config import ConfigError, check_output_dir, config_dict, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
+from textwm.generation import DECODER_ENGINES
 from textwm.generation.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class EvalGenerateConfig:
     decode: DecodeSettings = option(help="decoding", default_factory=DecodeSettings)
     dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
+    engine: str = option("auto", "decoder implementation: static (the static-shape engine, CUDA graphs), reference "
+                                 "(the batched reference decoders), auto (static on CUDA, reference on CPU)",
+                         choices=DECODER_ENGINES)
 
     def __post_init__(self) -> None:
         if not self.datasets:
@@ -85,7 +89,8 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
 
     started = time.perf_counter()
     loaded = load_model(config.model_path, device=device, dtype=config.dtype, mask_token_id=config.mask_token_id)
-    decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
+    decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id,
+                           engine=config.engine)
     encoder = ChatEncoder(loaded.tokenizer)
     settings = config.decode
     result = ShardResult()

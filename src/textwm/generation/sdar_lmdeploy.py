@@ -49,6 +49,7 @@ from textwm.generation.base import Generation, MaskDecoder
 from textwm.generation.sampling import apply_repetition_penalty, sample
 from textwm.generation.sdar_blocks import BlockBatch
 from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +137,19 @@ def block_stops(block: torch.Tensor, appendable: torch.Tensor, ignore_stops: tor
     return stopped, torch.where(stopped, pos + 1, torch.full_like(pos, blk))
 
 
-def _finish(tokens: list[int], stop_ids: Sequence[int]) -> Generation:
+def finish_lmdeploy(tokens: list[int], stop_ids: Sequence[int]) -> Generation:
     """The API's answer: a trailing stop id is dropped and finishes as "stop" (``AsyncEngine.generate``)."""
     if tokens and tokens[-1] in stop_ids:
         return Generation(token_ids=tokens[:-1], finish_reason="stop")
     return Generation(token_ids=tokens, finish_reason="length")
 
 
-def _check(decoder: MaskDecoder, settings: DecodeSettings) -> None:
+def check_lmdeploy_settings(spec: ModelSpec, settings: DecodeSettings) -> None:
+    """Raise if ``settings`` cannot be decoded by lmdeploy's rules for the checkpoint ``spec``."""
     if settings.remasking_strategy not in _UNMASK:
         raise ValueError(f"sdar_rules=lmdeploy: lmdeploy has no strategy {settings.remasking_strategy!r}; "
                          f"choose one of {', '.join(_UNMASK)}")
-    decoder.spec.require_diffusion(settings.block_length, rules="lmdeploy")
+    spec.require_diffusion(settings.block_length, rules="lmdeploy")
 
 
 def generate_lmdeploy(decoder: MaskDecoder, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
@@ -161,7 +163,7 @@ def generate_lmdeploy(decoder: MaskDecoder, prompts: Sequence[Sequence[int]], se
     Args:
         budgets: ``[n]`` max new tokens per row (an exact cap, as lmdeploy's ``max_tokens``).
     """
-    _check(decoder, settings)
+    check_lmdeploy_settings(decoder.spec, settings)
     blk, dev = settings.block_length, decoder.device
     num = denoise_num(blk, settings.denoising_steps)
     gen = torch.Generator(device=dev).manual_seed(settings.seed) if settings.seed is not None else None
@@ -198,7 +200,7 @@ def generate_lmdeploy(decoder: MaskDecoder, prompts: Sequence[Sequence[int]], se
         for r, (orig, row, first, last, done) in enumerate(rows):
             outputs[orig] += row[first:last]
             if done:
-                results[orig] = _finish(outputs[orig], decoder.spec.stop_ids)
+                results[orig] = finish_lmdeploy(outputs[orig], decoder.spec.stop_ids)
             elif penalize and last > first:
                 seen[r, torch.tensor(row[first:last], device=dev)] = True
         keep = ~stopped

@@ -123,14 +123,23 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: i
 
 
 def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
-                     seed: int = 0, vocab_size: int | None = None) -> Any:
-    """A randomly initialised model matching ``tokenizer`` (``vocab_size`` may pad the embedding)."""
+                     seed: int = 0, vocab_size: int | None = None, mask_token_id: int | None = None) -> Any:
+    """A randomly initialised model matching ``tokenizer`` (``vocab_size`` may pad the embedding).
+
+    ``mask_token_id`` puts the mask at an embedding row past the tokenizer's vocabulary instead of the
+    tokenizer's ``<|MASK|>``: lmdeploy hard-codes 151669 for SDAR, so a checkpoint it serves needs that id.
+    """
+    rows = max(vocab_size or 0, len(tokenizer))
+    if mask_token_id is not None and not len(tokenizer) <= mask_token_id < rows:
+        raise ValueError(f"mask_token_id {mask_token_id} must be an embedding row past the tokenizer's vocabulary: "
+                         f"in [{len(tokenizer)}, {rows}) (pad the embedding with embedding_rows)")
     import torch
     from transformers import AutoModelForCausalLM
 
     ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, ENDOFTEXT)]
-    config = tiny_config(size, vocab_size=max(vocab_size or 0, len(tokenizer)), family=family, block_size=block_size,
-                         mask_token_id=tokenizer.mask_token_id, pad_token_id=tokenizer.pad_token_id,
+    mask = tokenizer.mask_token_id if mask_token_id is None else mask_token_id
+    config = tiny_config(size, vocab_size=rows, family=family, block_size=block_size,
+                         mask_token_id=mask, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=ids)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config)
@@ -152,15 +161,16 @@ def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> P
 
 def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, family: str = "ar",
                           size: str = "tiny", block_size: int = 4, vocab_size: int = 2048, seed: int = 0,
-                          embedding_rows: int | None = None) -> Path:
+                          embedding_rows: int | None = None, mask_token_id: int | None = None) -> Path:
     """Train a tokenizer on ``texts``, build a random model of ``size``, save both to ``out_dir``.
 
     ``vocab_size`` bounds the BPE vocabulary; ``embedding_rows`` pads the embedding beyond it (to
-    reach a real model's parameter count, e.g. 151936 rows like Qwen3).
+    reach a real model's parameter count, e.g. 151936 rows like Qwen3); ``mask_token_id``: see
+    :func:`build_tiny_model`.
     """
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family != "ar")
     model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
-                             vocab_size=embedding_rows)
+                             vocab_size=embedding_rows, mask_token_id=mask_token_id)
     path = save_checkpoint(model, tokenizer, out_dir)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("tiny %s model (%s, %.2fM parameters, vocab %d) -> %s", family, size, n_params / 1e6, len(tokenizer), path)

@@ -1,0 +1,79 @@
+"""Left-to-right decoding in the engine: what HF ``generate`` does for the reference
+:class:`~textwm.generation.ar.ARDecoder`, one token per row per step.
+
+The prefill's last logits give the first token; each step feeds a row's last token at its position
+(causal: ``limit = position + 1``). Sampling is :func:`~textwm.generation.sampling.sample` (HF's order:
+repetition penalty over the prompt and output, temperature, top-k, top-p; greedy at temperature 0). A row
+ends at a stop id (left out of the output, finish "stop") or after its budget of tokens ("length").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from textwm.generation.base import Generation
+from textwm.generation.engine.rows import Rows, RowsContext, Update
+from textwm.generation.sampling import apply_repetition_penalty, sample
+
+
+class ARRows(Rows):
+    """Row state: the last token and its position ``[rows]`` (the next forward's input); budgets."""
+
+    def __init__(self, ctx: RowsContext):
+        super().__init__(ctx)
+        self.last = torch.full((self.max_rows,), ctx.pad_id, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(self.max_rows, dtype=torch.long, device=self.device)
+        self.budgets: dict[int, int] = {}
+
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
+        self.start_rows(slots)
+        idx = torch.tensor(slots, device=self.device)
+        for slot, p in zip(slots, prompts):
+            self.mark_seen(slot, p)
+        logits = self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)          # [n, V]
+        self.count_forward(slots)
+        self.pos[idx] = torch.tensor([len(p) - 1 for p in prompts], device=self.device)   # _advance moves it on
+        self.budgets.update(zip(slots, budgets))
+        return self._advance(slots, self._sample(logits, idx))
+
+    def reset(self, slot: int) -> None:
+        self.pos[slot] = 0
+        self.budgets.pop(slot, None)
+
+    def _sample(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Next token ``[n]`` from ``logits [n, V]`` of engine rows ``rows [n]``."""
+        s = self.settings
+        if self.penalize:
+            logits = apply_repetition_penalty(logits[:, None], self.seen[rows], s.repetition_penalty)[:, 0]
+        return sample(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                      generator=self.ctx.generator).tokens
+
+    def step(self) -> list[Update]:
+        b, _ = self.bucket()
+        pos = self.pos[:b, None]
+        logits = self.ctx.forward(self.last[:b, None], pos, pos, pos + 1, kv_len=int(pos.max()) + 1)
+        self.count_forward()
+        rows = sorted(self.active)
+        idx = torch.tensor(rows, device=self.device)
+        return self._advance(rows, self._sample(logits[idx, 0], idx))
+
+    def _advance(self, rows: list[int], tokens: torch.Tensor) -> list[Update]:
+        """Append each row's new token; rows at a stop id or their budget finish."""
+        updates, going = [], []
+        for slot, tok in zip(rows, tokens.tolist()):
+            out = self.outputs[slot]
+            if tok in self.stop_set:
+                updates.append((slot, [], self.finish(slot, Generation(token_ids=out, finish_reason="stop"))))
+                continue
+            out.append(tok)
+            self.mark_seen(slot, [tok])
+            if len(out) >= self.budgets[slot]:
+                updates.append((slot, [tok], self.finish(slot, Generation(token_ids=out, finish_reason="length"))))
+            else:
+                updates.append((slot, [tok], None))
+                going.append((slot, tok))
+        if going:
+            idx = torch.tensor([g[0] for g in going], device=self.device)
+            self.last[idx] = torch.tensor([g[1] for g in going], device=self.device)
+            self.pos[idx] += 1
+        return updates

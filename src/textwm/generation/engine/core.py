@@ -1,0 +1,224 @@
+"""The decode engine: a fixed set of rows over one static KV cache, which requests join and leave.
+
+:class:`DecodeEngine` owns the model's static cache (:class:`~textwm.generation.engine.static_model.StaticModel`),
+its CUDA graphs (:class:`~textwm.generation.engine.graphs.GraphedForward`) and a table of rows. A request
+is *admitted* into a free row (:meth:`DecodeEngine.admit`); at the start of the next :meth:`DecodeEngine.step`
+its prompt is prefilled and it decodes with the others. One step is one boundary-to-boundary unit of the
+family (:mod:`textwm.generation.engine.families`): an SDAR block (all its denoising forwards), a WeDLM window
+forward, an AR token. A row that finishes frees its row at once, so the next step can admit another request:
+continuous batching. :meth:`DecodeEngine.generate` runs a list of prompts through the same loop.
+
+The rows running together share one :class:`DecodeSettings` (``gen_length`` aside: each row has its
+``max_tokens``); a request with other settings waits until the running rows drain
+(:meth:`DecodeEngine.compatible`). A row's tokens do not depend on the other rows (greedy decoding; a seeded
+draw shares one generator across the rows, as in the reference decoders).
+
+The rules are the reference decoders' (:mod:`textwm.generation.ar`, :mod:`~textwm.generation.sdar` under both
+rule sets, :mod:`~textwm.generation.wedlm`); their greedy output is the engine's, token for token
+(tests/generation/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from textwm.generation.base import Generation
+from textwm.generation.engine.families import FAMILY_ROWS, RowsContext, capacity_slack
+from textwm.generation.engine.graphs import GraphedForward
+from textwm.generation.engine.static_model import StaticModel
+from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import ModelSpec
+
+
+class EngineFull(RuntimeError):
+    """No free row: wait for a step to finish some rows."""
+
+
+@dataclass
+class RowUpdate:
+    """What one step did for one request."""
+
+    key: Hashable
+    #: Tokens added to the request's output by this step (in order).
+    token_ids: list[int]
+    #: The request's whole result once it is done (else None); its ``token_ids`` are all the step updates'.
+    finished: Generation | None = None
+
+
+@dataclass
+class EngineStats:
+    """Where the engine's time went (seconds since it was built; the GPU is synchronised at each boundary)."""
+
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    steps: int = 0
+    rows_stepped: int = 0   # sum over steps of the rows decoding (mean occupancy = rows_stepped / steps)
+
+
+def _batch_key(settings: DecodeSettings) -> DecodeSettings:
+    return dataclasses.replace(settings, gen_length=1)
+
+
+class DecodeEngine:
+    """Static-shape decoding of one loaded model (AR, SDAR or WeDLM by ``spec.family``).
+
+    Args:
+        max_rows: rows decoded together (the KV cache is allocated for this many).
+        max_len: prompt + max_tokens of any request, in tokens.
+        cuda_graphs: replay decode forwards as CUDA graphs (default: when the model is on CUDA and has no
+            mixture-of-experts layers, whose routing has data-dependent shapes).
+        attention: see :class:`StaticModel`.
+    """
+
+    def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None, max_rows: int = 64,
+                 max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "sdpa"):
+        if spec.family not in FAMILY_ROWS:
+            raise ValueError(f"no engine for family {spec.family!r}; choose one of {', '.join(FAMILY_ROWS)}")
+        if spec.family != "ar" and spec.mask_token_id is None:
+            spec.require_diffusion(1)   # raises the explanatory error
+        if max_rows < 1 or max_len < 1:
+            raise ValueError(f"max_rows and max_len must be >= 1, got {max_rows} and {max_len}")
+        self.spec, self.max_rows, self.max_len = spec, max_rows, max_len
+        self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
+        self.net = StaticModel(model, rows=max_rows, capacity=max_len + capacity_slack(spec), attention=attention)
+        if cuda_graphs is None:
+            cuda_graphs = self.net.device.type == "cuda" and not _has_experts(model)
+        self.forward = GraphedForward(self.net, enabled=cuda_graphs)
+        self._keys: list[Hashable | None] = [None] * max_rows
+        self._joining: list[tuple[int, list[int], int]] = []
+        self._settings: DecodeSettings | None = None
+        self._rows: Any = None
+        self.stats = EngineStats()
+
+    # --- requests ------------------------------------------------------------------------------------
+
+    @property
+    def num_active(self) -> int:
+        return sum(k is not None for k in self._keys)
+
+    @property
+    def free_rows(self) -> int:
+        return self.max_rows - self.num_active
+
+    def compatible(self, settings: DecodeSettings) -> bool:
+        """Can a request with ``settings`` join the rows running now (none run, or theirs are equal)."""
+        return self.num_active == 0 or _batch_key(settings) == _batch_key(self._settings)
+
+    def admit(self, key: Hashable, prompt: Sequence[int], settings: DecodeSettings, max_tokens: int) -> None:
+        """Give a request a row; it is prefilled and decodes from the next :meth:`step`.
+
+        Raises:
+            EngineFull: no free row.
+            ValueError: empty prompt, prompt + max_tokens over ``max_len``, settings not :meth:`compatible`,
+                a key already running, or settings the checkpoint cannot decode with.
+        """
+        if key in self._keys:
+            raise ValueError(f"request {key!r} is already decoding")
+        if not prompt:
+            raise ValueError("empty prompt: the engine needs at least one prompt token")
+        if max_tokens < 1 or len(prompt) + max_tokens > self.max_len:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) must be within the "
+                             f"engine's max_len {self.max_len} (and max_tokens >= 1)")
+        if not self.compatible(settings):
+            raise ValueError("settings differ from the running rows'; wait until they drain (compatible())")
+        slot = next((i for i, k in enumerate(self._keys) if k is None), None)
+        if slot is None:
+            raise EngineFull(f"all {self.max_rows} rows are decoding")
+        if self.num_active == 0:
+            self._start(settings)
+        self._keys[slot] = key
+        self._joining.append((slot, list(prompt), max_tokens))
+
+    def cancel(self, key: Hashable) -> None:
+        """Stop decoding ``key`` (its client went away); unknown keys are ignored."""
+        if key in self._keys:
+            slot = self._keys.index(key)
+            self._keys[slot] = None
+            self._joining = [j for j in self._joining if j[0] != slot]
+            self._rows.leave(slot)
+
+    def _start(self, settings: DecodeSettings) -> None:
+        """New running settings: the family's row state for them (the cache and graphs stay)."""
+        self._settings = settings
+        gen = None
+        if settings.seed is not None:
+            gen = torch.Generator(device=self.net.device).manual_seed(settings.seed)
+        ctx = RowsContext(net=self.net, forward=self.forward, spec=self.spec, pad_id=self.pad_id,
+                          settings=settings, generator=gen)
+        self._rows = FAMILY_ROWS[self.spec.family](ctx)
+
+    # --- decoding ------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self) -> list[RowUpdate]:
+        """Prefill the rows admitted since the last step, then decode one unit for every row."""
+        news = []
+        if self._joining:
+            slots, prompts, budgets = (list(x) for x in zip(*self._joining))
+            self._joining = []
+            started = time.perf_counter()
+            news += self._rows.join(slots, prompts, budgets)   # AR: the prefill gives each row a token
+            self._sync()
+            self.stats.prefill_s += time.perf_counter() - started
+        if self._rows is not None and self._rows.active:
+            started = time.perf_counter()
+            self.stats.steps += 1
+            self.stats.rows_stepped += len(self._rows.active)
+            news += self._rows.step()   # ends by reading its outputs on the host: synchronised
+            self.stats.decode_s += time.perf_counter() - started
+        merged: dict[int, RowUpdate] = {}
+        for slot, tokens, finished in news:
+            if slot in merged:
+                merged[slot].token_ids += tokens
+                merged[slot].finished = finished
+            else:
+                merged[slot] = RowUpdate(key=self._keys[slot], token_ids=list(tokens), finished=finished)
+        for slot, update in merged.items():
+            if update.finished is not None:
+                self._keys[slot] = None
+        return list(merged.values())
+
+    def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
+                 gen_lengths: Sequence[int] | None = None) -> list[Generation]:
+        """Decode one continuation per prompt, ``max_rows`` at a time with continuous refill (offline use).
+
+        The contract of the reference decoders' ``generate``; ``gen_lengths`` gives per-row budgets.
+        """
+        if not prompts:
+            return []
+        if gen_lengths is not None and (len(gen_lengths) != len(prompts) or min(gen_lengths) < 1):
+            raise ValueError("gen_lengths must give a positive length for every prompt")
+        if self.num_active:
+            raise RuntimeError("generate() needs an idle engine; it is serving requests")
+        budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty: the engine needs at least one prompt token")
+            if len(p) + budgets[i] > self.max_len:
+                raise ValueError(f"prompt {i} ({len(p)} tokens) + gen_length {budgets[i]} exceeds the engine's "
+                                 f"max_len {self.max_len}")
+        results: list[Generation | None] = [None] * len(prompts)
+        waiting = list(range(len(prompts)))[::-1]
+        while waiting or self.num_active:
+            while waiting and self.free_rows:
+                i = waiting.pop()
+                self.admit(i, prompts[i], settings, budgets[i])
+            for update in self.step():
+                if update.finished is not None:
+                    results[update.key] = update.finished
+        return results  # type: ignore[return-value]
+
+
+    def _sync(self) -> None:
+        if self.net.device.type == "cuda":
+            torch.cuda.synchronize(self.net.device)
+
+
+def _has_experts(model: Any) -> bool:
+    return any("experts" in name for name, _ in model.named_modules())

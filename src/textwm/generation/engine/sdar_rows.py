@@ -1,0 +1,228 @@
+"""SDAR block diffusion in the engine, under both rule sets of the reference decoder.
+
+The rules are :mod:`textwm.generation.sdar` (``sdar_rules="generate"``) and
+:mod:`textwm.generation.sdar_lmdeploy` (``"lmdeploy"``); their functions (schedule, remasking, sampling,
+stopping) are called here, so the two paths cannot drift. What differs is the layout and the forwards:
+
+* a row's sequence starts at cache column 0 (no left padding); the prompt's whole blocks are prefilled
+  block-causally when the row joins, and its first block holds the prompt's tail;
+* **the commit is fused**: the forward that would commit a finished block is the next block's first
+  denoising forward. It carries ``2 * block`` queries, the finished block (written at its columns, limit
+  = its own end: what the reference's commit forward computes) and the new block (limit = its end, so it
+  sees the just-written block). At one denoising step a block costs one forward, not two. A row with
+  nothing to commit (it just joined) fills the first half with padding written past its block, where no
+  query looks;
+* one :meth:`SDARRows.step` decodes one block for every row: up to ``denoising_steps`` forwards (generate
+  rules) or until every row's block is unmasked (lmdeploy rules); the rows are in step within the block,
+  which the ``generate`` schedule needs (a step's transfer count is the same for all rows). New rows join
+  between blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from textwm.generation.base import Generation
+from textwm.generation.engine.rows import Rows, RowsContext, Update
+from textwm.generation.remasking import select_transfer, transfer_schedule
+from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
+from textwm.generation.sdar_lmdeploy import (
+    block_stops,
+    check_lmdeploy_settings,
+    denoise_num,
+    finish_lmdeploy,
+    lmdeploy_sample,
+    lmdeploy_unmask,
+)
+
+
+class SDARRows(Rows):
+    """Row state: the block being decoded ``[rows, blk]``, its masked slots, its start column, the previous
+    (finished, not yet committed) block, and the per-rule stopping state."""
+
+    def __init__(self, ctx: RowsContext):
+        super().__init__(ctx)
+        s, spec = ctx.settings, ctx.spec
+        self.lmdeploy = s.sdar_rules == "lmdeploy"
+        if self.lmdeploy:
+            check_lmdeploy_settings(spec, s)
+            self.num = denoise_num(s.block_length, s.denoising_steps)
+        else:
+            spec.require_diffusion(s.block_length)
+            self.schedule = transfer_schedule(s.block_length, s.denoising_steps)
+        self.blk, self.mask_id = s.block_length, int(spec.mask_token_id)
+        n, blk, dev = self.max_rows, self.blk, self.device
+        self.block = torch.full((n, blk), self.mask_id, dtype=torch.long, device=dev)
+        self.masked = torch.zeros((n, blk), dtype=torch.bool, device=dev)
+        self.prev = torch.full((n, blk), ctx.pad_id, dtype=torch.long, device=dev)
+        self.pending = torch.zeros(n, dtype=torch.bool, device=dev)       # prev must be committed
+        self.col0 = torch.zeros(n, dtype=torch.long, device=dev)          # first column of the block
+        self.plen = torch.zeros(n, dtype=torch.long, device=dev)
+        self.end_pos = torch.zeros(n, dtype=torch.long, device=dev)       # generate rules
+        self.appendable = torch.zeros(n, dtype=torch.long, device=dev)    # lmdeploy rules
+        self.gen_from = torch.zeros(n, dtype=torch.long, device=dev)
+        self.ignore_stops = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.arange = torch.arange(blk, device=dev)
+
+    # --- rows joining and leaving -----------------------------------------------------------------------
+
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
+        blk, dev = self.blk, self.device
+        self.start_rows(slots)
+        full = [len(p) // blk * blk for p in prompts]
+        pre = [i for i, f in enumerate(full) if f > 0]
+        if pre:
+            self.ctx.net.prefill(torch.tensor([slots[i] for i in pre], device=dev),
+                                 [prompts[i][:full[i]] for i in pre], block=blk, pad_id=self.ctx.pad_id)
+            self.count_forward([slots[i] for i in pre])
+        for slot, p, f, budget in zip(slots, prompts, full, budgets):
+            tail = p[f:]
+            row = torch.full((blk,), self.mask_id, dtype=torch.long)
+            row[:len(tail)] = torch.tensor(tail, dtype=torch.long)
+            self.block[slot] = row.to(dev)
+            self.masked[slot] = self.arange >= len(tail)
+            self.col0[slot], self.plen[slot] = f, len(p)
+            self.end_pos[slot] = (len(p) + budget + blk - 1) // blk * blk
+            self.appendable[slot] = budget + len(tail)
+            self.gen_from[slot], self.ignore_stops[slot] = len(tail), len(tail) > 0
+            self.pending[slot] = False
+            if not self.lmdeploy:
+                self.mark_seen(slot, p)       # generate rules penalise the prompt; lmdeploy only the output
+        return []
+
+    def reset(self, slot: int) -> None:
+        self.masked[slot], self.pending[slot], self.col0[slot] = False, False, 0
+
+    # --- one block ----------------------------------------------------------------------------------------
+
+    def step(self) -> list[Update]:
+        b, active = self.bucket()
+        forwards = 0
+        while True:
+            masked = self.masked[:b] & active[:, None]
+            if not bool(masked.any()):
+                break
+            if not self.lmdeploy and forwards == len(self.schedule):
+                raise RuntimeError("a block still has masks after its denoising steps (schedule bug)")
+            fused = forwards == 0 and bool(self.pending[:b].any())
+            logits = self._forward(b, fused)
+            self.pending[:b] = False
+            live = self.active if not self.lmdeploy else {s for s in self.active if bool(self.masked[s].any())}
+            self.count_forward(live)
+            if self.lmdeploy:
+                self._unmask_lmdeploy(logits, masked, b)
+            else:
+                self._transfer_generate(logits, masked, b, self.schedule[forwards])
+            forwards += 1
+        if bool(self.pending[:b].any()):
+            raise RuntimeError("a finished block was never committed (engine bug)")
+        return self._finish_lmdeploy(b) if self.lmdeploy else self._finish_generate(b)
+
+    def _forward(self, b: int, fused: bool) -> torch.Tensor:
+        """Logits ``[b, blk, V]`` of the current blocks (module docstring: the fused commit)."""
+        blk, col0 = self.blk, self.col0[:b]
+        pos = col0[:, None] + self.arange
+        limit = (col0 + blk)[:, None].expand(b, blk)
+        kv_len = int(col0.max()) + blk
+        if not fused:
+            return self.ctx.forward(self.block[:b], pos, pos, limit, kv_len=kv_len)
+        pend = self.pending[:b, None]
+        prev_pos = torch.where(pend, pos - blk, pos + blk)            # rows with nothing to commit: past the block
+        prev_limit = torch.where(pend, col0[:, None], col0[:, None] + blk).expand(b, blk)
+        prev_ids = torch.where(pend, self.prev[:b], self.ctx.pad_id)
+        both = torch.cat([prev_pos, pos], dim=1)
+        return self.ctx.forward(torch.cat([prev_ids, self.block[:b]], dim=1), both, both,
+                                torch.cat([prev_limit, limit], dim=1), kv_len=kv_len, logits_from=blk)
+
+    def _transfer_generate(self, logits: torch.Tensor, is_mask: torch.Tensor, b: int, step_k: int) -> None:
+        """One denoising step under generate.py rules (:meth:`SDARDecoder._generate_rules`)."""
+        s, block = self.settings, self.block[:b]
+        if self.penalize:
+            filled = torch.zeros_like(self.seen[:b]).scatter_(1, block, ~is_mask)
+            logits = apply_repetition_penalty(logits, self.seen[:b] | filled, s.repetition_penalty)
+        logits[..., self.mask_id] = float("-inf")
+        flat = sample(logits.reshape(-1, logits.shape[-1]), temperature=s.temperature, top_k=s.top_k,
+                      top_p=s.top_p, generator=self.ctx.generator)
+        tokens, confidence = flat.tokens.view(block.shape), flat.confidence.view(block.shape)
+        ent = entropy(flat.probs).view(block.shape) if s.remasking_strategy == "entropy_bounded" else None
+        k = torch.clamp(is_mask.sum(dim=-1), max=step_k)
+        transfer = select_transfer(s.remasking_strategy, is_mask, confidence, k,
+                                   confidence_threshold=s.confidence_threshold, entropy=ent,
+                                   entropy_budget=s.entropy_budget)
+        self.block[:b] = torch.where(transfer, tokens, block)
+        self.masked[:b] &= ~transfer
+
+    def _unmask_lmdeploy(self, logits: torch.Tensor, masked: torch.Tensor, b: int) -> None:
+        """One unmasking forward under lmdeploy's rules (:func:`generate_lmdeploy`)."""
+        s = self.settings
+        tokens, confidence = lmdeploy_sample(logits, s, penalized=self.seen[:b] if self.penalize else None,
+                                             generator=self.ctx.generator)
+        new = lmdeploy_unmask(s.remasking_strategy, masked, confidence, num=self.num,
+                              threshold=s.confidence_threshold)
+        self.block[:b] = torch.where(new, tokens, self.block[:b])
+        self.masked[:b] &= ~new
+
+    # --- after the block --------------------------------------------------------------------------------
+
+    def _next_block(self, slots: list[int]) -> None:
+        """Rows that go on: the finished block is committed by the next forward; a block of masks follows."""
+        if not slots:
+            return
+        idx = torch.tensor(slots, device=self.device)
+        self.prev[idx] = self.block[idx]
+        self.pending[idx] = True
+        self.col0[idx] += self.blk
+        self.block[idx] = self.mask_id
+        self.masked[idx] = True
+        self.gen_from[idx], self.ignore_stops[idx] = 0, False
+
+    def _finish_generate(self, b: int) -> list[Update]:
+        """generate.py rules: a row ends at a block holding a generated stop id or reaching ``end_pos``."""
+        rows = sorted(self.active)
+        idx = torch.tensor(rows, device=self.device)
+        block, col0 = self.block[idx], self.col0[idx]
+        positions = col0[:, None] + self.arange
+        generated = positions >= self.plen[idx, None]
+        reached_end = (positions[:, -1] + 1 >= self.end_pos[idx]).tolist()
+        updates, going_on = [], []
+        for slot, toks, gen, end in zip(rows, block.tolist(), generated.tolist(), reached_end):
+            new, stopped = [], False
+            for tok, is_gen in zip(toks, gen):
+                if is_gen:
+                    if tok in self.stop_set:
+                        stopped = True
+                        break
+                    new.append(tok)
+            out = self.outputs[slot]
+            out += new
+            self.mark_seen(slot, toks)
+            if stopped or end:
+                result = Generation(token_ids=out, finish_reason="stop" if stopped else "length")
+                updates.append((slot, new, self.finish(slot, result)))
+            else:
+                updates.append((slot, new, None))
+                going_on.append(slot)
+        self._next_block(going_on)
+        return updates
+
+    def _finish_lmdeploy(self, b: int) -> list[Update]:
+        """lmdeploy rules: exact ``max_tokens`` cap, stop ids ignored in the prompt-tail block."""
+        rows = sorted(self.active)
+        idx = torch.tensor(rows, device=self.device)
+        self.appendable[idx] -= self.blk
+        stopped, end = block_stops(self.block[idx], self.appendable[idx], self.ignore_stops[idx], self.stop_ids)
+        updates, going_on = [], []
+        for slot, toks, first, last, done in zip(rows, self.block[idx].tolist(), self.gen_from[idx].tolist(),
+                                                 end.tolist(), stopped.tolist()):
+            new = toks[first:last]
+            out = self.outputs[slot]
+            if done:
+                result = finish_lmdeploy(out + new, self.ctx.spec.stop_ids)
+                updates.append((slot, result.token_ids[len(out):], self.finish(slot, result)))
+            else:
+                out += new
+                self.mark_seen(slot, new)
+                updates.append((slot, new, None))
+                going_on.append(slot)
+        self._next_block(going_on)
+        return updates

@@ -1,0 +1,118 @@
+"""WeDLM streaming parallel decoding in the engine: the reference decoder's rules, vectorised over rows.
+
+The rules are :mod:`textwm.generation.wedlm` (Tencent/WeDLM's engine); the selection and commit functions
+are the reference's (:func:`~textwm.generation.wedlm.commit_run`) or their tensor forms here. Per forward,
+for every row at once:
+
+* the window ``[rows, W]`` (tokens, and which slots are filled) is extended by as many masks as its
+  leading filled run (*refill before the forward*): ``W + run`` slots, at most ``2W``;
+* the slots are fed filled-first then masks, each in window order (a stable sort on ``(is_mask, index)``),
+  at logical positions ``committed length + window index``, written at physical columns ``committed
+  length + feed index`` under causal attention by physical order. Rows whose window is shorter than the
+  forward's are padded at the end, where no real slot sees them. The forward's width is the longest
+  window rounded up to :data:`WIDTH_STEP` (fewer CUDA graphs);
+* the run is committed (cache length += run; output by :func:`commit_run`), the masks are scored on the
+  raw logits (entropy + position penalty < threshold, else the single lowest) and filled, and the window
+  shifts by the run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from textwm.generation.base import Generation
+from textwm.generation.engine.rows import Rows, RowsContext, Update
+from textwm.generation.sampling import logits_entropy, sample_filter_first
+from textwm.generation.wedlm import commit_run
+
+#: A forward's width (window + refill) is rounded up to a multiple of this (capped at 2W).
+WIDTH_STEP = 4
+
+
+class WeDLMRows(Rows):
+    """Row state: window tokens and filled flags ``[rows, W]``, committed cache length, budget."""
+
+    def __init__(self, ctx: RowsContext):
+        super().__init__(ctx)
+        n, w, dev = self.max_rows, ctx.settings.window_size, self.device
+        self.w, self.mask_id = w, int(ctx.spec.mask_token_id)
+        self.win = torch.full((n, w), self.mask_id, dtype=torch.long, device=dev)
+        self.filled = torch.zeros((n, w), dtype=torch.bool, device=dev)
+        self.length = torch.zeros(n, dtype=torch.long, device=dev)     # prompt + committed tokens
+        self.budgets: dict[int, int] = {}
+
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
+        self.start_rows(slots)
+        idx = torch.tensor(slots, device=self.device)
+        self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)
+        self.count_forward(slots)
+        self.length[idx] = torch.tensor([len(p) for p in prompts], device=self.device)
+        self.win[idx], self.filled[idx] = self.mask_id, False
+        self.budgets.update(zip(slots, budgets))
+        return []
+
+    def reset(self, slot: int) -> None:
+        self.length[slot], self.filled[slot] = 0, False
+        self.budgets.pop(slot, None)
+
+    def _width(self, run: torch.Tensor) -> int:
+        longest = self.w + int(run.max())
+        return min(-(-longest // WIDTH_STEP) * WIDTH_STEP, 2 * self.w)
+
+    def step(self) -> list[Update]:
+        b, active = self.bucket()
+        s, w, dev = self.settings, self.w, self.device
+        filled = self.filled[:b] & active[:, None]
+        run = filled.long().cumprod(dim=1).sum(dim=1)                               # [b] leading filled run
+        q = self._width(run)
+        idx = torch.arange(q, device=dev)
+        ext_tok = torch.cat([self.win[:b], torch.full((b, w), self.mask_id, dtype=torch.long, device=dev)], 1)[:, :q]
+        ext_fill = torch.cat([filled, torch.zeros((b, w), dtype=torch.bool, device=dev)], 1)[:, :q]
+        valid = idx[None, :] < (w + run)[:, None]                                   # [b, q] real window slots
+        order = torch.argsort(torch.where(valid, torch.where(ext_fill, idx, q + idx), 2 * q + idx), dim=1)
+        fed_fill, fed_valid = ext_fill.gather(1, order), valid.gather(1, order)
+        ids = torch.where(fed_valid, torch.where(fed_fill, ext_tok.gather(1, order), self.mask_id), self.ctx.pad_id)
+        length = self.length[:b]
+        positions = torch.where(fed_valid, length[:, None] + order, 0)
+        cols = length[:, None] + idx
+        logits = self.ctx.forward(ids, positions, cols, cols + 1, kv_len=int(length.max()) + q)   # [b, q, V]
+        self.count_forward()
+
+        # Every mask slot of every active row, drawn and scored in one call on the raw logits.
+        is_mask_fed = fed_valid & ~fed_fill & active[:, None]
+        r, f = is_mask_fed.nonzero(as_tuple=True)
+        raw = logits[r, f]
+        slot_of = order[r, f]                                                       # window index of each
+        tokens = torch.full((b, q), self.ctx.pad_id, dtype=torch.long, device=dev)
+        tokens[r, slot_of] = sample_filter_first(raw, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                                 generator=self.ctx.generator).tokens
+        ent = torch.full((b, q), float("inf"), device=dev)
+        ent[r, slot_of] = logits_entropy(raw)
+        chosen = self._choose(ent, valid & ~ext_fill & active[:, None], idx)
+        new_tok = torch.where(chosen, tokens, ext_tok)
+        new_fill = ext_fill | chosen
+        shift = run[:, None] + torch.arange(w, device=dev)
+        self.win[:b], self.filled[:b] = new_tok.gather(1, shift), new_fill.gather(1, shift)
+        self.length[:b] += run
+        return self._commit(run.tolist(), ext_tok[:, :max(1, int(run.max()))].tolist())
+
+    def _choose(self, ent: torch.Tensor, is_mask: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """:func:`~textwm.generation.wedlm.positions_to_fill` for every row: ``[b, q]`` bool."""
+        s = self.settings
+        first = is_mask.int().argmax(dim=1)                                         # first mask's index
+        score = (ent + s.position_penalty * (idx[None, :] - first[:, None])).masked_fill(~is_mask, float("inf"))
+        chosen = (score < s.entropy_threshold) & is_mask
+        lowest = torch.zeros_like(chosen).scatter_(1, score.argmin(dim=1, keepdim=True), True)
+        none = ~chosen.any(dim=1, keepdim=True) & is_mask.any(dim=1, keepdim=True)
+        return chosen | (lowest & none & is_mask)
+
+    def _commit(self, runs: list[int], run_tokens: list[list[int]]) -> list[Update]:
+        updates = []
+        for slot in sorted(self.active):
+            out = self.outputs[slot]
+            before = len(out)
+            result = Generation(token_ids=out, finish_reason="length")
+            done = commit_run(result, run_tokens[slot][:runs[slot]], self.budgets[slot], self.stop_set)
+            new = out[before:]
+            updates.append((slot, new, self.finish(slot, result) if done else None))
+        return updates

@@ -1,0 +1,207 @@
+"""The static-shape decode engine against the reference decoders, token for token (CPU, eager forwards).
+
+The reference decoders are checked against ports of upstream's loops (test_sdar_decoder.py,
+test_wedlm_decoder.py); here the engine must give their greedy output for every strategy, block length,
+step count, window, stop condition and budget, with fewer rows than prompts (rows refill as others
+finish: continuous batching), and with requests joining a running batch. Models run in float64 so that
+the engine's attention and the reference's agree far inside any threshold's margin.
+"""
+
+import dataclasses
+import random
+
+import pytest
+
+from tests.generation.lmdeploy_reference import untie_head
+from tests.generation.wedlm_upstream import sharpen_head
+from textwm.generation.decoders import make_decoder, reference_decoder
+from textwm.generation.engine import DecodeEngine, EngineFull
+from textwm.generation.engine.decoder import EngineDecoder
+from textwm.generation.remasking import STRATEGIES
+from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import ModelSpec, load_model
+
+
+def _double(lm):
+    lm.model.double()
+    return lm
+
+
+@pytest.fixture(scope="module")
+def sdar(tiny_sdar_dir):
+    return _double(untie_head(load_model(tiny_sdar_dir, device="cpu", dtype="float32")))
+
+
+@pytest.fixture(scope="module")
+def wedlm(tiny_wedlm_dir):
+    return _double(sharpen_head(load_model(tiny_wedlm_dir, device="cpu", dtype="float32")))
+
+
+@pytest.fixture(scope="module")
+def ar(tiny_ar_dir):
+    return _double(load_model(tiny_ar_dir, device="cpu", dtype="float32"))
+
+
+@pytest.fixture(scope="module")
+def prompts(sdar):
+    rng = random.Random(0)
+    vocab = len(sdar.tokenizer)
+    return [[rng.randrange(10, vocab) for _ in range(n)] for n in (5, 9, 12, 17, 3, 8, 16, 1)]
+
+
+LENGTHS = [11, 4, 13, 1, 9, 12, 7, 5]
+
+
+def outcome(gens):
+    return [(g.token_ids, g.finish_reason) for g in gens]
+
+
+def assert_engine_equals_reference(lm, prompts, settings, *, spec=None, gen_lengths=None, max_rows=3):
+    spec = spec or lm.spec
+    ref = reference_decoder(lm.model, spec).generate(prompts, settings, gen_lengths)
+    engine = DecodeEngine(lm.model, spec, max_rows=max_rows, max_len=64)
+    got = engine.generate(prompts, settings, gen_lengths)
+    assert outcome(got) == outcome(ref)
+    return got
+
+
+def with_stop(lm, token):
+    return ModelSpec(**{**lm.spec.__dict__, "stop_ids": (token,)})
+
+
+# --- SDAR ----------------------------------------------------------------------------------------------------
+
+SDAR_CASES = [(1, 1), (4, 1), (4, 2), pytest.param(4, 4, marks=pytest.mark.slow), (8, 3),
+              pytest.param(8, 8, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("block", "steps"), SDAR_CASES)
+def test_sdar_generate_rules(sdar, prompts, strategy, block, steps):
+    settings = DecodeSettings(gen_length=11, temperature=0, block_length=block, denoising_steps=steps,
+                              remasking_strategy=strategy, confidence_threshold=0.3, entropy_budget=1.5)
+    assert_engine_equals_reference(sdar, prompts, settings, gen_lengths=LENGTHS)
+
+
+LMDEPLOY_CASES = [(4, 1, "low_confidence_dynamic", 0.85), (8, 1, "low_confidence_dynamic", 0.3),
+                  (4, 4, "low_confidence_static", 0.85), (8, 3, "sequential", 0.85), (3, 2, "low_confidence_dynamic",
+                                                                                        0.5)]
+
+
+@pytest.mark.parametrize(("block", "steps", "strategy", "threshold"), LMDEPLOY_CASES)
+def test_sdar_lmdeploy_rules(sdar, prompts, block, steps, strategy, threshold):
+    settings = DecodeSettings(gen_length=13, temperature=0, sdar_rules="lmdeploy", block_length=block,
+                              denoising_steps=steps, remasking_strategy=strategy, confidence_threshold=threshold)
+    got = assert_engine_equals_reference(sdar, prompts, settings, gen_lengths=LENGTHS)
+    assert all(len(g.token_ids) == n or g.finish_reason == "stop" for g, n in zip(got, LENGTHS))
+
+
+@pytest.mark.parametrize("rules", ["generate", "lmdeploy"])
+def test_sdar_stop_ids_and_repetition_penalty(sdar, prompts, rules):
+    settings = DecodeSettings(gen_length=24, temperature=0, sdar_rules=rules, block_length=4, denoising_steps=2,
+                              confidence_threshold=0.3)
+    first = reference_decoder(sdar.model, sdar.spec).generate(prompts[:1], settings)[0]
+    spec = with_stop(sdar, first.token_ids[6])
+    got = assert_engine_equals_reference(sdar, prompts, settings, spec=spec)
+    assert got[0].finish_reason == "stop"
+    assert_engine_equals_reference(sdar, prompts, dataclasses.replace(settings, repetition_penalty=1.6))
+
+
+# --- WeDLM ---------------------------------------------------------------------------------------------------
+
+WEDLM_CASES = [(1, 0.4, 0.02), (4, 0.4, 0.02), (4, 100.0, 0.0), (8, 5.0, 0.1), (16, 4.6, 0.0), (6, 4.5, 0.01),
+               (16, 4.7, 0.02)]
+
+
+@pytest.mark.parametrize(("window", "threshold", "penalty"), WEDLM_CASES)
+def test_wedlm(wedlm, prompts, window, threshold, penalty):
+    settings = DecodeSettings(gen_length=11, temperature=0, window_size=window, entropy_threshold=threshold,
+                              position_penalty=penalty)
+    assert_engine_equals_reference(wedlm, prompts, settings, gen_lengths=[11, 4, 13, 1, 9, 20, 7, 16])
+
+
+def test_wedlm_stop_id_mid_window(wedlm, prompts):
+    settings = DecodeSettings(gen_length=20, temperature=0, window_size=4, entropy_threshold=100.0,
+                              position_penalty=0.0)
+    first = reference_decoder(wedlm.model, wedlm.spec).generate(prompts[:1], settings)[0].token_ids
+    got = assert_engine_equals_reference(wedlm, prompts, settings, spec=with_stop(wedlm, first[6]))
+    assert got[0].finish_reason == "stop" and got[0].token_ids == first[:first.index(first[6])]
+
+
+# --- AR ------------------------------------------------------------------------------------------------------
+
+def test_ar_greedy_stop_and_penalty(ar, prompts):
+    settings = DecodeSettings(gen_length=12, temperature=0)
+    first = assert_engine_equals_reference(ar, prompts, settings, gen_lengths=LENGTHS)
+    got = assert_engine_equals_reference(ar, prompts, settings, spec=with_stop(ar, first[0].token_ids[4]))
+    assert got[0].finish_reason == "stop"
+    assert_engine_equals_reference(ar, prompts, dataclasses.replace(settings, repetition_penalty=1.5))
+
+
+# --- continuous batching -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_requests_joining_a_running_batch_decode_as_if_alone(family, sdar, wedlm, ar, prompts):
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = DecodeSettings(gen_length=10, temperature=0, block_length=4, denoising_steps=2,
+                              confidence_threshold=0.3, window_size=4, entropy_threshold=4.6)
+    alone = [reference_decoder(lm.model, lm.spec).generate([p], settings)[0] for p in prompts]
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64)
+    done, tokens = {}, {i: [] for i in range(len(prompts))}
+    waiting = list(range(len(prompts)))
+    steps = 0
+    while waiting or engine.num_active:
+        if waiting and engine.free_rows and steps % 2 == 0:   # join every other step, one at a time
+            engine.admit(waiting[0], prompts[waiting.pop(0)], settings, 10)
+        for u in engine.step():
+            tokens[u.key] += u.token_ids
+            if u.finished is not None:
+                done[u.key] = u.finished
+        steps += 1
+    assert outcome([done[i] for i in range(len(prompts))]) == outcome(alone)
+    assert all(tokens[i] == done[i].token_ids for i in tokens)   # the step updates add up to the result
+
+
+def test_admission_rules(sdar, prompts):
+    settings = DecodeSettings(gen_length=8, temperature=0)
+    engine = DecodeEngine(sdar.model, sdar.spec, max_rows=2, max_len=32)
+    engine.admit("a", prompts[0], settings, 8)
+    with pytest.raises(ValueError, match="already decoding"):
+        engine.admit("a", prompts[1], settings, 8)
+    assert not engine.compatible(dataclasses.replace(settings, denoising_steps=1))
+    assert engine.compatible(dataclasses.replace(settings, gen_length=99))
+    with pytest.raises(ValueError, match="differ from the running rows"):
+        engine.admit("b", prompts[1], dataclasses.replace(settings, denoising_steps=1), 8)
+    with pytest.raises(ValueError, match="max_len 32"):
+        engine.admit("b", prompts[3], settings, 16)
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.admit("b", [], settings, 4)
+    engine.admit("b", prompts[1], settings, 8)
+    with pytest.raises(EngineFull):
+        engine.admit("c", prompts[2], settings, 8)
+    engine.step()
+    engine.cancel("a")
+    assert engine.num_active == 1
+    while engine.num_active:
+        engine.step()
+    engine.admit("c", prompts[2], dataclasses.replace(settings, denoising_steps=1), 8)   # drained: new settings
+
+
+def test_make_decoder_picks_the_engine_on_request(sdar):
+    assert isinstance(make_decoder(sdar.model, sdar.spec, engine="static"), EngineDecoder)
+    assert not isinstance(make_decoder(sdar.model, sdar.spec), EngineDecoder)       # CPU: the reference
+    with pytest.raises(ValueError, match="unknown decoder engine"):
+        make_decoder(sdar.model, sdar.spec, engine="fast")
+
+
+def test_engine_decoder_grows_its_cache(sdar, prompts):
+    dec = EngineDecoder(sdar.model, sdar.spec, max_rows=4)
+    settings = DecodeSettings(gen_length=8, temperature=0)
+    dec.generate(prompts[:2], settings)
+    first = dec.engine
+    assert (first.max_rows, first.max_len) == (2, 512)
+    dec.generate(prompts[:2], settings)
+    assert dec.engine is first                                  # kept while calls fit
+    got = dec.generate(prompts, dataclasses.replace(settings, gen_length=500))
+    assert dec.engine is not first and (dec.engine.max_rows, dec.engine.max_len) == (4, 1024)
+    assert len(got) == len(prompts)

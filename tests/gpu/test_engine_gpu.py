@@ -1,0 +1,78 @@
+"""The decode engine on CUDA: its CUDA-graph forwards give the reference decoders' greedy output, token for
+token, for every family and both SDAR rule sets, with rows refilling and joining (run with `pytest -m gpu`).
+
+float64 models, so that the graphed engine and the reference agree far inside any threshold's margin."""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from tests.generation.lmdeploy_reference import untie_head
+from tests.generation.wedlm_upstream import sharpen_head
+from textwm.generation.decoders import make_decoder, reference_decoder
+from textwm.generation.engine import DecodeEngine
+from textwm.generation.engine.decoder import EngineDecoder
+from textwm.generation.remasking import STRATEGIES
+from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import load_model
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+LENGTHS = [11, 4, 13, 1, 9, 20, 7, 16]
+
+
+def _load(path, head=None):
+    lm = load_model(path, device="cuda", dtype="float32")
+    if head is not None:
+        lm = head(lm)
+    lm.model.double()
+    return lm
+
+
+def _prompts(lm):
+    rng = random.Random(0)
+    return [[rng.randrange(10, len(lm.tokenizer)) for _ in range(n)] for n in (5, 9, 12, 17, 3, 8, 16, 1)]
+
+
+def _check(lm, settings, attention="sdpa"):
+    prompts = _prompts(lm)
+    ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings, LENGTHS)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64, attention=attention)
+    assert engine.forward.enabled
+    got = engine.generate(prompts, settings, LENGTHS)
+    assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
+    assert engine.forward.num_graphs > 0
+    return engine
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "grouped"])
+def test_sdar_engine_with_cuda_graphs_equals_the_reference(tiny_sdar_dir, attention):
+    lm = _load(tiny_sdar_dir, untie_head)
+    for strategy in STRATEGIES:
+        for block, steps in ((4, 1), (4, 4), (8, 3)):
+            _check(lm, DecodeSettings(gen_length=12, temperature=0, block_length=block, denoising_steps=steps,
+                                      remasking_strategy=strategy, confidence_threshold=0.3), attention)
+    for block, steps, strategy in ((8, 1, "low_confidence_dynamic"), (4, 2, "low_confidence_static"),
+                                   (4, 4, "sequential")):
+        _check(lm, DecodeSettings(gen_length=12, temperature=0, sdar_rules="lmdeploy", block_length=block,
+                                  denoising_steps=steps, remasking_strategy=strategy), attention)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "grouped"])
+def test_wedlm_and_ar_engines_with_cuda_graphs_equal_the_reference(tiny_wedlm_dir, tiny_ar_dir, attention):
+    wedlm = _load(tiny_wedlm_dir, sharpen_head)
+    for window, threshold, penalty in ((4, 0.4, 0.02), (16, 4.6, 0.0), (8, 100.0, 0.0)):
+        _check(wedlm, DecodeSettings(gen_length=12, temperature=0, window_size=window, entropy_threshold=threshold,
+                                     position_penalty=penalty), attention)
+    ar = _load(tiny_ar_dir)
+    settings = DecodeSettings(gen_length=12, temperature=0)
+    _check(ar, settings, attention)
+    _check(ar, dataclasses.replace(settings, repetition_penalty=1.5), attention)
+
+
+def test_make_decoder_runs_the_engine_on_cuda(tiny_sdar_dir):
+    lm = _load(tiny_sdar_dir, untie_head)
+    assert isinstance(make_decoder(lm.model, lm.spec), EngineDecoder)
