@@ -75,13 +75,34 @@ def test_stop_strings_cut_the_text(client):
     (b'{"messages": [{"role": "wizard", "content": "x"}]}', 422, "role must be one of"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', 400, "exceeds the server's max_model_len"),
     (b'{"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"}', 404, "'gpt-4' is not served here"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', 422, "stream=true is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}', 422,
+     "stream_options is only valid with stream=true"),
     (b'{"messages": [{"role": "user", "content": "x"}], "block_length": 3}', 400, "does not divide"),
     (b'{"messages": [{"role": "user", "content": "x"}], "remasking_strategy": "magic"}', 400, "unknown remasking"),
 ])
 def test_bad_requests_are_4xx_with_a_message(client, body, status, needle):
     r = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status
+    assert needle in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    ({}, 422, "prompt: Field required"),
+    ({"prompt": []}, 422, "prompt is an empty list"),
+    ({"prompt": [1, -2]}, 422, "token ids must be >= 0"),
+    ({"prompt": ["a", 3]}, 422, "prompt"),
+    ({"prompt": ["a"] * 65}, 422, "at most 64 prompts"),
+    ({"prompt": ""}, 400, "prompt 0 is empty"),
+    ({"prompt": [[5], [10**6]]}, 400, "prompt 1 holds token id 1000000"),
+    ({"prompt": ["a", "b", "c"], "n": 16}, 400, "48 rows, more than the server's max_batch_size"),
+    ({"prompt": "x", "logprobs": 2}, 422, "logprobs are not supported"),
+    ({"prompt": "x", "best_of": 3}, 422, "best_of is not supported"),
+    ({"prompt": "x", "messages": MSG}, 422, "messages: Extra inputs are not permitted"),
+    ({"prompt": "x", "model": "gpt-4"}, 404, "'gpt-4' is not served here"),
+])
+def test_bad_completions_are_4xx_with_a_message(client, body, status, needle):
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == status, r.text
     assert needle in r.json()["error"]["message"]
 
 
@@ -93,9 +114,9 @@ def test_metrics_count_requests_and_errors(client):
     assert "textwm_tokens_per_second" in text and "textwm_queue_depth" in text
 
 
-def test_a_decoder_failure_fails_the_request_not_the_server(loaded):
-    engine = _engine(loaded)
-    real = engine.decoder.generate
+def _fail_once(obj, name):
+    """Make ``obj.name`` raise on its first call (a device fault), then behave."""
+    real = getattr(obj, name)
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -104,11 +125,21 @@ def test_a_decoder_failure_fails_the_request_not_the_server(loaded):
             raise RuntimeError("CUDA error: device-side assert (simulated)")
         return real(*args, **kwargs)
 
-    engine.decoder.generate = flaky
+    setattr(obj, name, flaky)
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "batch"])
+def test_a_decoder_failure_fails_the_request_not_the_server(loaded, scheduler):
+    engine = _engine(loaded, scheduler=scheduler)
+    if scheduler == "batch":
+        _fail_once(engine.decoder, "generate")
     with TestClient(create_app(engine)) as c:
+        if scheduler == "continuous":
+            _fail_once(engine.scheduler.engine, "step")   # the scheduler rebuilds its engine after a failure
         r = c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4})
         assert r.status_code == 500 and "device-side assert" in r.json()["error"]["message"]
         assert c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4}).status_code == 200
+        assert 'textwm_failed_requests_total{model="tiny-wm"} 1' in c.get("/metrics").text
 
 
 def test_queue_full_returns_503(loaded):
@@ -143,7 +174,7 @@ def test_batching_serves_concurrent_requests_together(loaded):
 
     responses = asyncio.run(burst())
     assert all(r.status_code == 200 for r in responses)
-    assert engine.metrics.batches < 8  # requests with different max_tokens still share batches
+    assert engine.metrics.steps < 8  # requests with different max_tokens still share batches
 
 
 def test_a_wedlm_checkpoint_is_served_with_its_streaming_decoder(tiny_wedlm_dir):

@@ -49,11 +49,13 @@ def test_the_papers_flags_serve_with_lmdeploy_rules(loaded, tiny_sdar_dir):
     choice = body["choices"][0]
     assert choice["message"]["content"] == loaded.tokenizer.decode(tokens, skip_special_tokens=True)
     assert choice["message"]["content"] and choice["finish_reason"] == reason
-    assert body["usage"]["decoder_forwards"] == forwards
+    # The server's engine fuses each commit into the next block's first forward: fewer forwards than lmdeploy's.
+    served = body["usage"]["decoder_forwards"]
+    assert 0 < served < forwards
     # The same block length and steps in our own spelling keep generate.py's rules: one forward a block.
     _, generate_engine = _serve(loaded, tiny_sdar_dir, "--block-length", "8", "--denoising-steps", "1")
     assert generate_engine.config.defaults.sdar_rules == "generate"
-    assert _complete(generate_engine)["usage"]["decoder_forwards"] < forwards
+    assert _complete(generate_engine)["usage"]["decoder_forwards"] < served
 
 
 def test_the_papers_flags_on_a_block_4_checkpoint_and_request_steps_are_ignored(tmp_path, caplog):

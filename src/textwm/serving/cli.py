@@ -51,7 +51,11 @@ class ServerConfig:
     dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     max_batch_size: int = option(32, "rows decoded together")
     max_queue: int = option(256, "requests waiting at most; more get 503")
-    batch_wait_ms: float = option(5.0, "how long a batch waits for company")
+    batch_wait_ms: float = option(5.0, "--scheduler batch: how long a batch waits for company")
+    scheduler: str = option("auto", "continuous (requests join and leave the running rows at every block/step: "
+                                    "the decode engine), batch (whole batches through the reference decoders), "
+                                    "auto (continuous where the engine runs the architecture)",
+                            choices=("auto", "continuous", "batch"))
     max_model_len: int = option(8192, "prompt + max_tokens limit")
     mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
     decode: DecodeSettings = option(help="decoding defaults (requests may override them)",
@@ -72,7 +76,7 @@ class ServerConfig:
         return EngineConfig(
             served_model_name=self.served_model_name or Path(self.model_path.rstrip("/")).name,
             defaults=self.decode, max_batch_size=self.max_batch_size, max_queue=self.max_queue,
-            batch_wait_ms=self.batch_wait_ms, max_model_len=self.max_model_len,
+            batch_wait_ms=self.batch_wait_ms, max_model_len=self.max_model_len, scheduler=self.scheduler,
             allow_client_chat_template=self.allow_client_chat_template)
 
 

@@ -1,9 +1,12 @@
-"""The serving engine: a bounded request queue feeding the batched decoder on one worker thread.
+"""The serving engine: requests turned into rows of token ids, a bounded queue, and the worker thread's scheduler.
 
-Requests that share decoding settings (``max_tokens`` aside: rows carry their own length) are
-batched together, up to ``max_batch_size`` rows, waiting at most ``batch_wait_ms`` for company.
-A full queue rejects at once (:class:`QueueFull`, HTTP 503); a decoder exception fails the
-requests of that batch (:class:`DecodeFailed`, HTTP 500) and the engine carries on.
+:meth:`Engine.prepare_chat` / :meth:`Engine.prepare_completion` check a request and tokenise it
+(off the event loop); :meth:`Engine.submit` queues its rows and returns a
+:class:`~textwm.serving.streaming.Submission` whose text deltas the HTTP layer streams or joins.
+A full queue rejects at once (:class:`QueueFull`, HTTP 503); a decoder exception fails the requests
+it was serving (:class:`DecodeFailed`, HTTP 500 or an error event) and the engine carries on. The
+scheduler (:mod:`textwm.serving.scheduler`) batches whole requests through the family's decoder, or
+batches continuously over the slot-based decode engine.
 """
 
 from __future__ import annotations
@@ -13,26 +16,29 @@ import dataclasses
 import logging
 import queue
 import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from textwm.generation.base import Generation
 from textwm.generation.decoders import make_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.serving.metrics import ServerMetrics
-from textwm.serving.protocol import (
-    ChatChoice,
-    ChatChoiceMessage,
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    Usage,
+from textwm.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
+from textwm.serving.scheduler import (
+    BatchScheduler,
+    ContinuousScheduler,
+    DecodeFailed,
+    Intake,
+    RowsRefused,
+    Work,
 )
+from textwm.serving.streaming import Submission, TextRow
 from textwm.serving.templates import TemplateError, TemplateSandbox, check_template_kwargs
 
 log = logging.getLogger(__name__)
+
+__all__ = ["DecodeFailed", "Engine", "EngineConfig", "Prepared", "QueueFull", "RequestError", "RowsRefused",
+           "UnknownModel"]
 
 
 class RequestError(ValueError):
@@ -47,46 +53,50 @@ class QueueFull(RuntimeError):
     """The request queue is at capacity (HTTP 503)."""
 
 
-class DecodeFailed(RuntimeError):
-    """The decoder raised while serving this request's batch (HTTP 500)."""
-
-
 #: A prompt of more characters than this many per token of max_model_len is refused before tokenising.
 MAX_CHARS_PER_TOKEN = 16
 #: SDAR settings a request may override under generate.py rules but not under lmdeploy's (per server there).
 SERVER_DIFFUSION_FIELDS = ("denoising_steps", "block_length", "confidence_threshold", "remasking_strategy")
+SCHEDULERS = ("auto", "continuous", "batch")
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     served_model_name: str
     defaults: DecodeSettings = DecodeSettings(gen_length=256)
+    #: Rows decoded together at most (a request's n x prompts rows must fit).
     max_batch_size: int = 32
     max_queue: int = 256
+    #: Batch scheduler: how long a batch waits for company.
     batch_wait_ms: float = 5.0
     #: Prompt + max_tokens must fit in this many tokens.
     max_model_len: int = 8192
     #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
     allow_client_chat_template: bool = False
+    #: ``continuous``: requests join and leave the running rows at every step boundary
+    #: (``textwm.generation.engine.DecodeEngine``); ``batch``: whole batches through the family's decoder;
+    #: ``auto``: continuous where the engine runs the checkpoint's architecture, else batch (with a warning).
+    scheduler: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+        if self.max_batch_size < 1 or self.max_queue < 1:
+            raise ValueError(f"max_batch_size and max_queue must be >= 1, got {self.max_batch_size} and "
+                             f"{self.max_queue}")
 
 
 @dataclass
-class _Work:
-    prompts: list[list[int]]          # n copies of the prompt
-    gen_length: int
+class Prepared:
+    """A checked, tokenised request: one prompt per row (choice order), ready for :meth:`Engine.submit`."""
+
+    prompts: list[list[int]]
     settings: DecodeSettings
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    enqueued: float = field(default_factory=time.perf_counter)
-
-    @property
-    def batch_key(self) -> DecodeSettings:
-        return dataclasses.replace(self.settings, gen_length=1)
-
-
-def _stop_at(text: str, stops: list[str]) -> tuple[str, bool]:
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
+    max_tokens: int
+    prompt_tokens: int
+    stops: list[str]
+    #: Legacy completions with ``echo``: each row's prompt text (its text starts with it).
+    echo: list[str] | None = None
 
 
 class Engine:
@@ -94,13 +104,14 @@ class Engine:
         self.loaded = loaded
         self.config = config
         self.tokenizer = loaded.tokenizer
-        self.decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
         self.family = loaded.spec.family
+        self.vocab_size = int(loaded.model.get_input_embeddings().weight.shape[0])
         self.metrics = ServerMetrics()
-        self._queue: queue.Queue[_Work] = queue.Queue(maxsize=config.max_queue)
-        self._held: deque[_Work] = deque()  # taken from the queue but not batchable with the last batch
+        self.decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
+        self._intake = Intake(config.max_queue)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._scheduler: BatchScheduler | ContinuousScheduler | None = None
         self._templates: TemplateSandbox | None = None
         self._told_overrides_ignored = False
         if self.family == "sdar":
@@ -108,8 +119,39 @@ class Engine:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
+    def _make_scheduler(self) -> BatchScheduler | ContinuousScheduler:
+        """The worker's scheduler; the continuous one allocates the engine's KV cache now (max_batch_size rows
+        of max_model_len tokens)."""
+        c = self.config
+        if c.scheduler != "batch":
+            from textwm.generation.engine import DecodeEngine
+            from textwm.generation.engine.static_model import UnsupportedModel
+
+            def make_engine() -> Any:
+                return DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
+                                    max_rows=c.max_batch_size, max_len=c.max_model_len)
+            try:
+                scheduler = ContinuousScheduler(make_engine, self._intake, max_batch_size=c.max_batch_size,
+                                                metrics=self.metrics)
+                log.info("continuous batching: a KV cache of %d rows x %d tokens (--max-batch-size x "
+                         "--max-model-len)", c.max_batch_size, c.max_model_len)
+                return scheduler
+            except UnsupportedModel as exc:
+                if c.scheduler == "continuous":
+                    raise
+                log.warning("serving with the batch scheduler (no continuous batching): %s", exc)
+        return BatchScheduler(self.decoder, self._intake, max_batch_size=c.max_batch_size,
+                              batch_wait_ms=c.batch_wait_ms, metrics=self.metrics)
+
+    @property
+    def scheduler(self) -> BatchScheduler | ContinuousScheduler | None:
+        """The running scheduler (None before :meth:`start`)."""
+        return self._scheduler
+
     def start(self) -> None:
         self._stop.clear()  # an engine stopped by one app's shutdown can serve the next
+        if self._scheduler is None:
+            self._scheduler = self._make_scheduler()
         self._thread = threading.Thread(target=self._run, name="textwm-engine", daemon=True)
         self._thread.start()
 
@@ -117,19 +159,31 @@ class Engine:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._scheduler is not None:
+            self._scheduler.shutdown(DecodeFailed("the server is shutting down"))
         if self._templates is not None:
             self._templates.close()
 
+    def _run(self) -> None:
+        assert self._scheduler is not None
+        while not self._stop.is_set():
+            self._scheduler.run_once()
+
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize() + len(self._held)
+        return self._intake.depth
 
     # --- requests --------------------------------------------------------------------------------
 
-    def settings_for(self, request: ChatCompletionRequest) -> tuple[DecodeSettings, int]:
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.config.served_model_name:
+            raise UnknownModel(f"model {model!r} is not served here; this server serves "
+                               f"{self.config.served_model_name!r} (see /v1/models)")
+
+    def settings_for(self, request: SamplingRequest) -> tuple[DecodeSettings, int]:
         """Decode settings of a request (its fields over the server defaults) and its max_tokens."""
         d = self.config.defaults
-        max_tokens = request.max_completion_tokens or request.max_tokens or d.gen_length
+        max_tokens = request.requested_max_tokens() or d.gen_length
         overrides: dict[str, Any] = {
             "temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
             "top_k": None if request.top_k is None else max(request.top_k, 0),
@@ -159,13 +213,15 @@ class Engine:
             log.warning("sdar_rules=lmdeploy: requests' %s are ignored, as lmdeploy ignores them (its diffusion "
                         "settings are per server); this is said once", ", ".join(sent))
 
-    def encode(self, request: ChatCompletionRequest) -> list[int]:
-        """The prompt's token ids (CPU work: called off the event loop). RequestError for a bad template use."""
-        messages = [m.model_dump() for m in request.messages]
-        chars = sum(len(m["content"]) for m in messages)
+    def _check_chars(self, chars: int, what: str) -> None:
         if chars > self.config.max_model_len * MAX_CHARS_PER_TOKEN:
-            raise RequestError(f"messages of {chars} characters cannot fit the server's max_model_len "
+            raise RequestError(f"{what} of {chars} characters cannot fit the server's max_model_len "
                                f"{self.config.max_model_len} tokens")
+
+    def encode(self, request: ChatCompletionRequest) -> list[int]:
+        """The chat prompt's token ids (CPU work: called off the event loop). RequestError for a bad template use."""
+        messages = [m.model_dump() for m in request.messages]
+        self._check_chars(sum(len(m["content"]) for m in messages), "messages")
         try:
             variables = check_template_kwargs(dict(request.chat_template_kwargs or {}),
                                               allow_template=self.config.allow_client_chat_template)
@@ -179,110 +235,83 @@ class Engine:
             raise RequestError(str(exc)) from None
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def encode_prompts(self, request: CompletionRequest) -> list[list[int]]:
+        """A legacy completions request's prompts as token ids, no chat template (CPU work: off the event loop).
+
+        Text is tokenised with the tokenizer's special tokens (a BOS where it adds one), as vLLM's
+        completions do (``add_special_tokens=True``); token ids are taken as given, within the vocabulary.
+        """
+        prompts = request.prompts()
+        self._check_chars(sum(len(p) for p in prompts if isinstance(p, str)), "prompts")
+        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] if isinstance(p, str) else p for p in prompts]
+        for i, p in enumerate(ids):
+            if not p:
+                raise RequestError(f"prompt {i} is empty (0 tokens); send at least one token")
+            bad = [t for t in p if t >= self.vocab_size]
+            if bad:
+                raise RequestError(f"prompt {i} holds token id {bad[0]}, outside the model's vocabulary of "
+                                   f"{self.vocab_size}")
+        return ids
+
     def _sandbox(self) -> TemplateSandbox:
         if self._templates is None:
             self._templates = TemplateSandbox()
         return self._templates
 
-    async def complete(self, request: ChatCompletionRequest) -> ChatCompletionResponse:
-        """Serve one chat completion (raises the exceptions above for the HTTP layer to map)."""
-        if request.model is not None and request.model != self.config.served_model_name:
-            raise UnknownModel(f"model {request.model!r} is not served here; this server serves "
-                               f"{self.config.served_model_name!r} (see /v1/models)")
+    def _rows(self, request: SamplingRequest, prompts: list[list[int]]) -> tuple[DecodeSettings, int, list[list[int]]]:
+        """Settings, max_tokens and the rows (``n`` copies of each prompt) of a request, with the length checks."""
         settings, max_tokens = self.settings_for(request)
+        for p in prompts:
+            if len(p) + max_tokens > self.config.max_model_len:
+                raise RequestError(f"prompt ({len(p)} tokens) + max_tokens ({max_tokens}) exceeds the server's "
+                                   f"max_model_len {self.config.max_model_len}")
+        rows = [p for p in prompts for _ in range(request.n)]
+        if len(rows) > self.config.max_batch_size:
+            raise RequestError(f"{len(prompts)} prompt(s) x n={request.n} is {len(rows)} rows, more than the "
+                               f"server's max_batch_size {self.config.max_batch_size}; send fewer")
+        return settings, max_tokens, rows
+
+    async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
+        """Check and tokenise a chat request (raises UnknownModel / RequestError for the HTTP layer to map)."""
+        self.check_model(request.model)
+        self.settings_for(request)  # bad settings fail before the (slower) template work
         prompt = await asyncio.to_thread(self.encode, request)  # tokenising and templating: off the event loop
-        if len(prompt) + max_tokens > self.config.max_model_len:
-            raise RequestError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the server's "
-                               f"max_model_len {self.config.max_model_len}")
+        settings, max_tokens, rows = self._rows(request, [prompt])
+        return Prepared(rows, settings, max_tokens, len(prompt), request.stop_strings())
+
+    async def prepare_completion(self, request: CompletionRequest) -> Prepared:
+        """Check and tokenise a legacy completions request (no chat template)."""
+        self.check_model(request.model)
+        self.settings_for(request)
+        prompts = await asyncio.to_thread(self.encode_prompts, request)
+        settings, max_tokens, rows = self._rows(request, prompts)
+        echo = None
+        if request.echo:
+            texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in request.prompts()]
+            echo = [t for t in texts for _ in range(request.n)]
+        return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), request.stop_strings(), echo)
+
+    def submit(self, prepared: Prepared) -> Submission:
+        """Queue a prepared request's rows (QueueFull when the queue is full); call on the event loop."""
         loop = asyncio.get_running_loop()
-        work = _Work(prompts=[prompt] * request.n, gen_length=max_tokens, settings=settings, loop=loop,
-                     future=loop.create_future())
+        rows = [TextRow(self.tokenizer, prepared.stops, prepared.max_tokens) for _ in prepared.prompts]
+        work_ref: list[Work] = []
+        submission = Submission(rows, prepared.prompt_tokens, cancel=lambda r: self._cancel(work_ref[0], r))
+
+        def post(event: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(submission.inbox.put_nowait, event)
+            except RuntimeError:  # the request's event loop is closed: the server stopped, nobody is waiting
+                log.debug("dropped an event for a request whose event loop is closed")
+
+        work = Work(prompts=prepared.prompts, settings=prepared.settings, post=post)
+        work_ref.append(work)
         try:
-            self._queue.put_nowait(work)
+            self._intake.queue.put_nowait(work)
         except queue.Full:
             raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
-        generations: list[Generation] = await work.future
-        return self._response(request, prompt, generations, max_tokens)
+        return submission
 
-    def _response(self, request: ChatCompletionRequest, prompt: list[int], generations: list[Generation],
-                  max_tokens: int) -> ChatCompletionResponse:
-        stops = request.stop_strings()
-        choices = []
-        for i, g in enumerate(generations):
-            if len(g.token_ids) > max_tokens:  # block decoders fill whole blocks: max_tokens is an exact cap
-                g = dataclasses.replace(g, token_ids=g.token_ids[:max_tokens], finish_reason="length")
-                generations[i] = g
-            text = self.tokenizer.decode(g.token_ids, skip_special_tokens=True)
-            text, hit = _stop_at(text, stops)
-            reason = "stop" if hit or g.finish_reason == "stop" else "length"
-            choices.append(ChatChoice(index=i, message=ChatChoiceMessage(content=text), finish_reason=reason))
-        completion = sum(len(g.token_ids) for g in generations)
-        return ChatCompletionResponse(
-            model=self.config.served_model_name, choices=choices,
-            usage=Usage(prompt_tokens=len(prompt), completion_tokens=completion, total_tokens=len(prompt) + completion,
-                        decoder_forwards=max((g.num_forwards for g in generations), default=0)))
-
-    # --- the worker thread -----------------------------------------------------------------------
-
-    def _next(self, timeout: float) -> _Work | None:
-        if self._held:
-            return self._held.popleft()
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def _collect(self, first: _Work) -> list[_Work]:
-        """``first`` plus queued work with the same settings, up to max_batch_size rows."""
-        batch, rows = [first], len(first.prompts)
-        deadline = time.perf_counter() + self.config.batch_wait_ms / 1000
-        skipped: list[_Work] = []
-        while rows < self.config.max_batch_size:
-            remaining = deadline - time.perf_counter()
-            try:
-                work = self._queue.get(timeout=max(remaining, 0)) if remaining > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if work.batch_key == first.batch_key and rows + len(work.prompts) <= self.config.max_batch_size:
-                batch.append(work)
-                rows += len(work.prompts)
-            else:
-                skipped.append(work)
-        self._held.extend(skipped)
-        return batch
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            first = self._next(timeout=0.2)
-            if first is None:
-                continue
-            batch = self._collect(first)
-            prompts = [p for w in batch for p in w.prompts]
-            lengths = [w.gen_length for w in batch for _ in w.prompts]
-            settings = dataclasses.replace(first.settings, gen_length=max(lengths))
-            started = time.perf_counter()
-            try:
-                results = self.decoder.generate(prompts, settings, gen_lengths=lengths)
-            except Exception as exc:  # fail these requests (HTTP 500), keep serving
-                log.exception("decoder failed on a batch of %d rows", len(prompts))
-                self.metrics.record_batch(len(prompts), 0, time.perf_counter() - started, failed=len(batch))
-                error = DecodeFailed(f"{type(exc).__name__}: {exc}")
-                for w in batch:
-                    w.loop.call_soon_threadsafe(_settle, w.future, None, error)
-                continue
-            tokens = sum(len(r.token_ids) for r in results)
-            self.metrics.record_batch(len(prompts), tokens, time.perf_counter() - started)
-            i = 0
-            for w in batch:
-                mine = results[i:i + len(w.prompts)]
-                i += len(w.prompts)
-                w.loop.call_soon_threadsafe(_settle, w.future, mine, None)
-
-
-def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.done():  # the client went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+    @staticmethod
+    def _cancel(work: Work, rows: list[int]) -> None:
+        work.cancelled = work.cancelled | frozenset(rows)   # one reference swap: the worker reads it between steps

@@ -1,4 +1,10 @@
-"""Server counters, rendered in the Prometheus text exposition format (``GET /metrics``)."""
+"""Server counters, rendered in the Prometheus text exposition format (``GET /metrics``).
+
+The worker thread records each decoder step (a batch under the batch scheduler; an SDAR block, a
+WeDLM window step or an AR token under continuous batching) with the rows it ran, so occupancy reads
+as rows running now (a gauge) and rows per step (a mean over the last :data:`RATE_WINDOW_S` seconds,
+and the two totals).
+"""
 
 from __future__ import annotations
 
@@ -8,70 +14,84 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-#: Window of the tokens/s gauge.
+#: Window of the tokens/s and rows-per-step gauges.
 RATE_WINDOW_S = 30.0
 
 
 @dataclass
 class ServerMetrics:
     requests: int = 0
-    batches: int = 0
-    batch_rows: int = 0
+    steps: int = 0
+    step_rows: int = 0
     failed_requests: int = 0
+    #: Streams that ended with an error event after they started (their HTTP status was already 200).
+    stream_errors: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
-    _recent: deque = field(default_factory=deque)
+    #: Rows in the decoder now (set by the worker thread).
+    rows_running: int = 0
+    _recent: deque = field(default_factory=deque)   # (time, tokens, rows) of the steps in the window
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record_batch(self, rows: int, tokens: int, seconds: float, *, failed: int = 0) -> None:
+    def record_step(self, rows: int, tokens: int, seconds: float, *, failed: int = 0) -> None:
+        """One decoder step over ``rows`` rows that committed ``tokens`` tokens (``failed``: requests it failed)."""
         now = time.monotonic()
         with self._lock:
-            self.batches += 1
-            self.batch_rows += rows
+            self.steps += 1
+            self.step_rows += rows
             self.failed_requests += failed
             self.generated_tokens += tokens
             self.decode_seconds += seconds
-            self._recent.append((now, tokens))
+            self._recent.append((now, tokens, rows))
             while self._recent and now - self._recent[0][0] > RATE_WINDOW_S:
                 self._recent.popleft()
+
+    def record_stream_error(self) -> None:
+        with self._lock:
+            self.stream_errors += 1
 
     def tokens_per_second(self) -> float:
         with self._lock:
             if not self._recent:
                 return 0.0
             span = max(time.monotonic() - self._recent[0][0], 1.0)
-            return sum(t for _, t in self._recent) / span
+            return sum(t for _, t, _ in self._recent) / span
+
+    def rows_per_step(self) -> float:
+        """Mean rows of the steps in the window (0 with none)."""
+        with self._lock:
+            if not self._recent:
+                return 0.0
+            return sum(r for _, _, r in self._recent) / len(self._recent)
 
     def render(self, *, queue_depth: int, model: str, statuses: Mapping[int, int]) -> str:
         """The counters; ``statuses``: responses by HTTP status (the server's Guard counts every one)."""
         label = f'model="{model}"'
+
+        def metric(name: str, kind: str, text: str, value: object) -> list[str]:
+            return [f"# HELP textwm_{name} {text}", f"# TYPE textwm_{name} {kind}", f"textwm_{name}{{{label}}} {value}"]
+
         lines = [
-            "# HELP textwm_requests_total Chat completion requests received.",
-            "# TYPE textwm_requests_total counter",
-            f"textwm_requests_total{{{label}}} {self.requests}",
+            *metric("requests_total", "counter", "Completion requests received (chat and legacy).", self.requests),
             "# HELP textwm_request_errors_total Requests answered with an error status.",
             "# TYPE textwm_request_errors_total counter",
         ]
         lines += [f'textwm_request_errors_total{{{label},status="{s}"}} {n}' for s, n in sorted(statuses.items())
                   if s >= 400]
         lines += [
-            "# HELP textwm_queue_depth Requests waiting for the decoder.",
-            "# TYPE textwm_queue_depth gauge",
-            f"textwm_queue_depth{{{label}}} {queue_depth}",
-            "# HELP textwm_batches_total Decoder batches run.",
-            "# TYPE textwm_batches_total counter",
-            f"textwm_batches_total{{{label}}} {self.batches}",
-            "# HELP textwm_batch_rows_total Rows decoded in all batches (mean batch size = rows / batches).",
-            "# TYPE textwm_batch_rows_total counter",
-            f"textwm_batch_rows_total{{{label}}} {self.batch_rows}",
-            "# HELP textwm_generated_tokens_total Completion tokens generated.",
-            "# TYPE textwm_generated_tokens_total counter",
-            f"textwm_generated_tokens_total{{{label}}} {self.generated_tokens}",
-            "# HELP textwm_decode_seconds_total Seconds spent in the decoder.",
-            "# TYPE textwm_decode_seconds_total counter",
-            f"textwm_decode_seconds_total{{{label}}} {self.decode_seconds:.3f}",
-            f"# HELP textwm_tokens_per_second Generated tokens per second over the last {RATE_WINDOW_S:.0f} s.",
-            "# TYPE textwm_tokens_per_second gauge",
-            f"textwm_tokens_per_second{{{label}}} {self.tokens_per_second():.2f}",
+            *metric("stream_errors_total", "counter", "Streams ended by an error event after they started.",
+                    self.stream_errors),
+            *metric("failed_requests_total", "counter", "Requests failed by a decoder error.", self.failed_requests),
+            *metric("queue_depth", "gauge", "Requests waiting for the decoder.", queue_depth),
+            *metric("rows_running", "gauge", "Rows in the decoder now (batch occupancy).", self.rows_running),
+            *metric("decode_steps_total", "counter", "Decoder steps run (batch scheduler: batches).", self.steps),
+            *metric("step_rows_total", "counter", "Rows over all steps (mean rows a step = rows / steps).",
+                    self.step_rows),
+            *metric("rows_per_step", "gauge", f"Mean rows a step over the last {RATE_WINDOW_S:.0f} s.",
+                    f"{self.rows_per_step():.2f}"),
+            *metric("generated_tokens_total", "counter", "Completion tokens generated.", self.generated_tokens),
+            *metric("decode_seconds_total", "counter", "Seconds spent in the decoder.", f"{self.decode_seconds:.3f}"),
+            *metric("tokens_per_second", "gauge", f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s.",
+                    f"{self.tokens_per_second():.2f}"),
         ]
         return "\n".join(lines) + "\n"

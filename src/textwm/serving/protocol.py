@@ -1,9 +1,14 @@
-"""Wire formats: the OpenAI chat-completions subset the native server speaks, and the WM proxy payload.
+"""Wire formats: the OpenAI chat-completions and legacy completions subsets the native server speaks (requests,
+responses, stream chunks), and the WM proxy payload.
 
 Pydantic models validate every request. A field the server does not know is a 422 naming it, and
-fields whose *meaning* it cannot honour (``stream``, ``logprobs``, ``tools``) are refused with a
-message: nothing a client sends is silently dropped. ``denoising_steps`` (the server's own flag
+fields whose *meaning* it cannot honour (``logprobs``, ``tools``, ``suffix``, ``best_of``) are refused
+with a message: nothing a client sends is silently dropped. ``denoising_steps`` (the server's own flag
 name) is honoured as ``num_diffusion_steps``.
+
+Streams (``stream: true``) are server-sent events in OpenAI's format, as vLLM and lmdeploy send them
+(lmdeploy ``serve/openai/chat_completions/serving.py``, ``endpoints/completions.py``): ``data: <chunk JSON>``
+events, a usage chunk with ``choices: []`` last when ``stream_options.include_usage``, then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from textwm.data.schema import ROLES
 from textwm.data.wm_message import wm_user_message
 
+#: Most prompts one legacy completions request may carry (each is decoded ``n`` times).
+MAX_PROMPTS = 64
+FinishReason = Literal["stop", "length"]
+
 
 class ChatMessage(BaseModel):
     role: str
@@ -31,15 +40,21 @@ class ChatMessage(BaseModel):
         return role
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``. Diffusion fields extend the OpenAI request (lmdeploy has none)."""
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: Send a last chunk with ``choices: []`` and the request's usage (every other chunk has ``usage: null``).
+    include_usage: bool = False
+
+
+class SamplingRequest(BaseModel):
+    """The fields chat and legacy completions share: OpenAI's sampling fields plus the diffusion ones
+    (per request; the server's flags are the defaults; lmdeploy has none)."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, max_length=512)
-    messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=5.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)
@@ -47,7 +62,8 @@ class ChatCompletionRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     n: int = Field(default=1, ge=1, le=16)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
-    chat_template_kwargs: dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
     # Block-diffusion settings per request (default: the server's flags).
     num_diffusion_steps: int | None = Field(default=None, ge=1)
     denoising_steps: int | None = Field(default=None, ge=1, description="the same as num_diffusion_steps")
@@ -58,18 +74,11 @@ class ChatCompletionRequest(BaseModel):
     window_size: int | None = Field(default=None, ge=1, le=256)
     entropy_threshold: float | None = Field(default=None, ge=0.0)
     position_penalty: float | None = Field(default=None, ge=0.0)
-    stream: bool = False
-    logprobs: bool | None = None
-    tools: list[Any] | None = None
 
     @model_validator(mode="after")
-    def _supported(self) -> ChatCompletionRequest:
-        if self.stream:
-            raise ValueError("stream=true is not supported by this server; send stream=false")
-        if self.logprobs:
-            raise ValueError("logprobs are not supported by this server")
-        if self.tools:
-            raise ValueError("tools are not supported by this server")
+    def _consistent(self) -> SamplingRequest:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only valid with stream=true")  # as vLLM's protocol.py
         if self.denoising_steps is not None:
             if self.num_diffusion_steps not in (None, self.denoising_steps):
                 raise ValueError("denoising_steps and num_diffusion_steps disagree; send one")
@@ -81,6 +90,84 @@ class ChatCompletionRequest(BaseModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
 
+    def requested_max_tokens(self) -> int | None:
+        """The request's cap on new tokens per choice (None: the server's default)."""
+        return self.max_tokens
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatCompletionRequest(SamplingRequest):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    chat_template_kwargs: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    tools: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> ChatCompletionRequest:
+        if self.logprobs:
+            raise ValueError("logprobs are not supported by this server")
+        if self.tools:
+            raise ValueError("tools are not supported by this server")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(SamplingRequest):
+    """``POST /v1/completions`` (OpenAI's legacy completions): the prompt is decoded as given, no chat template.
+
+    ``prompt``: a string, a list of strings, a list of token ids, or a list of such lists; choice ``i`` of
+    prompt ``p`` has index ``p * n + i`` (OpenAI's and vLLM's order; lmdeploy also takes a list of prompts).
+    ``echo``: each choice's text starts with its prompt.
+    """
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompts_in_bounds(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list):
+            if not prompt:
+                raise ValueError("prompt is an empty list; send a string, token ids, or a list of them")
+            if isinstance(prompt[0], (str, list)) and len(prompt) > MAX_PROMPTS:
+                raise ValueError(f"at most {MAX_PROMPTS} prompts a request, got {len(prompt)}")
+            ids = [prompt] if isinstance(prompt[0], int) else [p for p in prompt if isinstance(p, list)]
+            if any(t < 0 for p in ids for t in p):
+                raise ValueError("token ids must be >= 0")
+        return prompt
+
+    @model_validator(mode="after")
+    def _supported(self) -> CompletionRequest:
+        if self.logprobs:
+            raise ValueError("logprobs are not supported by this server")
+        if self.suffix:
+            raise ValueError("suffix (insertion) is not supported by this server")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError("best_of is not supported by this server; send n alone")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a string or a list of token ids."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if isinstance(self.prompt[0], int):
+            return [list(self.prompt)]
+        return list(self.prompt)
+
+
+# --- responses --------------------------------------------------------------------------------------
+
 
 class ChatChoiceMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
@@ -90,24 +177,89 @@ class ChatChoiceMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int
     message: ChatChoiceMessage
-    finish_reason: Literal["stop", "length"]
+    finish_reason: FinishReason
 
 
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    #: Model forward passes spent on this request (block diffusion: prefill + denoising + commits).
+    #: Model forward passes spent on this request (block diffusion: prefill + denoising + commits); rows cut
+    #: short by a stop string under continuous batching leave before they report theirs.
     decoder_forwards: int = 0
 
 
+def _chat_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def _completion_id() -> str:
+    return f"cmpl-{uuid.uuid4().hex[:24]}"
+
+
+def _now() -> int:
+    return int(time.time())
+
+
 class ChatCompletionResponse(BaseModel):
-    id: str = Field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
+    id: str = Field(default_factory=_chat_id)
     object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
+    created: int = Field(default_factory=_now)
     model: str
     choices: list[ChatChoice]
     usage: Usage
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReason
+
+
+class CompletionResponse(BaseModel):
+    id: str = Field(default_factory=_completion_id)
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+# --- stream chunks ------------------------------------------------------------------------------------
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    #: ``{"role": "assistant", "content": ""}`` first, then ``{"content": text}``, ``{}`` with the finish reason.
+    delta: dict[str, str]
+    logprobs: None = None
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChunkChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReason | None = None
+
+
+class CompletionChunk(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    usage: Usage | None = None
 
 
 class ModelCard(BaseModel):
