@@ -116,6 +116,25 @@ def test_proxy_unknown_fields_and_one_deadline_for_a_hung_upstream():
         upstream.close()
 
 
+@pytest.mark.parametrize(("answer", "status", "needle"), [
+    ({"choices": [{"message": {"content": None}, "finish_reason": "stop"}]}, 502, "empty completion"),   # lmdeploy
+    ({"choices": []}, 502, "malformed response"),
+    ({"choices": [{"message": {"content": 7}}]}, 502, "not text"),
+])
+def test_proxy_answers_a_bad_upstream_completion_with_a_502(answer, status, needle):
+    def respond(method, path, body):
+        if path.endswith("/models"):
+            return 200, {"data": [{"id": "m", "owned_by": "lmdeploy"}]}, 0
+        return 200, answer, 0
+    upstream = ScriptedServer(respond)
+    try:
+        proxy = TestClient(create_proxy_app(ProxyConfig(upstream=upstream.url, timeout_s=5.0)))
+        r = proxy.post("/", json={"input": {"state": "s", "action": "a"}})
+        assert r.status_code == status and needle in r.json()["error"]["message"], r.text
+    finally:
+        upstream.close()
+
+
 def test_clients_keep_one_deadline_across_retries():
     calls = []
 

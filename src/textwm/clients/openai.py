@@ -135,6 +135,8 @@ def _parse_choice(resp: httpx.Response, attempt: int) -> ChatResult:
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ChatRequestError(f"malformed response ({type(exc).__name__}: {exc}): {resp.text[:300]}",
                                status=resp.status_code, attempts=attempt) from None
+    if text is None:   # OpenAI's message content is null when it holds no text (lmdeploy's empty completions)
+        text = ""
     if not isinstance(text, str):
         raise ChatRequestError(f"response content is {type(text).__name__}, not text: {resp.text[:300]}",
                                status=resp.status_code, attempts=attempt)

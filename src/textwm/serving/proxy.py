@@ -142,7 +142,9 @@ class Upstream:
                 if exc.status is None:
                     self.model = None  # the upstream may come back with another model
                     raise ProxyError(504 if exc.timed_out else 502, f"upstream failed: {exc}") from None
-                raise ProxyError(exc.status if exc.status < 500 else 502, f"upstream error: {exc}") from None
+                # The upstream's 4xx passes through; a 5xx, or a 2xx whose body is not a completion, is a bad
+                # gateway (never an error body under a success status).
+                raise ProxyError(exc.status if 400 <= exc.status < 500 else 502, f"upstream error: {exc}") from None
             if not result.text:
                 raise ProxyError(502, "upstream returned an empty completion")
             return {"generated_text": result.text, "usage": result.usage}
