@@ -1,18 +1,28 @@
-"""Load benchmark of the WM stack: N requests at concurrency C through proxy -> native server, and
-the same requests sent directly to the server; reports requests/s, latency percentiles, the latency
-the proxy adds (proxy path minus direct path), and failures (must be 0).
+"""Load benchmark of the WM stack: N world-model requests of mixed lengths at concurrency C through proxy ->
+server, and the same requests sent directly to the server; for each backend named (the native server and,
+side by side on the same checkpoint, prompts and settings, lmdeploy).
 
-Starts its own server and proxy on free loopback ports (a tiny random SDAR model unless
---model-path is given) and stops them at the end.
+Reports per backend: requests/s, generated tokens/s (from the answers' usage), latency percentiles, the
+latency the proxy adds (proxy path minus direct path) and failures (must be 0); with two backends, the share
+of requests whose greedy texts are equal. Requests mix state lengths (``--state-words``) and ``max_tokens``
+(``--max-tokens MIN MAX``), drawn with a fixed seed.
 
-    python scripts/bench_wm_stack.py --requests 1000 --concurrency 64
+Starts its own servers and proxy on free loopback ports (a tiny random SDAR model unless --model-path is
+given) and stops them at the end.
+
+    python scripts/bench_wm_stack.py --requests 1000 --concurrency 64                                  # CPU
+    python scripts/bench_wm_stack.py --model-path runs/sdar --device cuda --requests 512 --concurrency 64 \\
+        --max-tokens 64 64 --max-batch-size 64 --backends native lmdeploy --dllm-block-length 4 \\
+        --dllm-denoising-steps 1
 """
 
 import argparse
 import asyncio
 import json
+import random
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,9 +30,18 @@ from pathlib import Path
 import httpx
 
 from textwm.data.wm_message import wm_user_message
-from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
+from textwm.serving.launch import (
+    BackendSpec,
+    DllmFlags,
+    ManagedProcess,
+    health_url,
+    proxy_command,
+    server_command,
+)
 
 SYSTEM = "You are the world model of a text game."
+WORDS = ["kitchen", "door", "open", "closed", "you", "see", "a", "table", "lamp", "move", "to", "the", "north",
+         "fridge", "apple", "counter", "inventory", "is", "empty", "on"]
 
 
 def free_port() -> int:
@@ -31,40 +50,110 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def fire(url: str, bodies: list[dict], concurrency: int) -> tuple[list[float], list[str], float]:
+async def fire(url: str, bodies: list[dict], concurrency: int):
+    """POST every body at ``concurrency``; returns latencies, failures, wall seconds, answers (by index)."""
     gate = asyncio.Semaphore(concurrency)
-    latencies, failures = [], []
+    latencies, failures, answers = [], [], [None] * len(bodies)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        async def one(body):
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        async def one(i, body):
             async with gate:
                 start = time.perf_counter()
                 try:
                     r = await client.post(url, json=body)
-                    ok = r.status_code == 200
-                    if not ok:
+                    if r.status_code == 200:
+                        latencies.append(time.perf_counter() - start)
+                        answers[i] = r.json()
+                    else:
                         failures.append(f"HTTP {r.status_code}: {r.text[:100]}")
                 except httpx.HTTPError as exc:
-                    ok = False
                     failures.append(f"{type(exc).__name__}: {exc}")
-                if ok:
-                    latencies.append(time.perf_counter() - start)
         started = time.perf_counter()
-        await asyncio.gather(*(one(b) for b in bodies))
-        return latencies, failures, time.perf_counter() - started
+        await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
+        return latencies, failures, time.perf_counter() - started, answers
 
 
-def pct(values: list[float], q: float) -> float:
+def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else float("nan")
+
+
+def make_inputs(args) -> list[dict]:
+    rng = random.Random(0)
+    lo, hi = args.max_tokens
+    return [{"system_prompt": SYSTEM, "action": f"open door {i % 7}", "temperature": 0,
+             "state": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*args.state_words))) + f" room {i}.",
+             "max_tokens": rng.randint(lo, hi)} for i in range(args.requests)]
+
+
+def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedProcess, BackendSpec]:
+    dllm = DllmFlags(dllm_block_length=args.dllm_block_length, dllm_denoising_steps=args.dllm_denoising_steps)
+    spec = BackendSpec(backend=backend, model_path=model, port=free_port(), served_model_name="bench-wm",
+                       device=args.device, max_batch_size=args.max_batch_size, max_model_len=args.max_model_len,
+                       dllm=dllm)
+    argv = server_command(spec)
+    if backend == "native":
+        argv += ["--temperature", "0", "--max-queue", str(4 * args.requests)]
+    else:   # lmdeploy: as a module of this interpreter (its wheel's script may not be on PATH); bf16, shared GPU
+        argv = [sys.executable, "-m", *argv, "--dtype", "bfloat16", "--cache-max-entry-count",
+                str(args.lmdeploy_cache_share)]
+    process = ManagedProcess(backend, tmp)
+    process.start(argv)
+    process.wait_healthy(health_url(backend, "127.0.0.1", spec.port), args.start_timeout)
+    return process, spec
+
+
+def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -> dict:
+    server, spec = start_backend(backend, model, args, tmp)
+    proxy = ManagedProcess(f"proxy-{backend}", tmp)
+    try:
+        proxy.start(proxy_command(proxy_port := free_port(), f"http://127.0.0.1:{spec.port}"))
+        proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
+        direct = [{"model": "bench-wm", "max_tokens": x["max_tokens"], "temperature": 0,
+                   "chat_template_kwargs": {"enable_thinking": False},
+                   "messages": [{"role": "system", "content": SYSTEM},
+                                {"role": "user", "content": wm_user_message(x["state"], x["action"])}]}
+                  for x in inputs]
+        chat = f"http://127.0.0.1:{spec.port}/v1/chat/completions"
+        asyncio.run(fire(chat, direct[:2 * args.concurrency], args.concurrency))           # warm-up
+        runs = {"direct": asyncio.run(fire(chat, direct, args.concurrency)),
+                "proxy": asyncio.run(fire(f"http://127.0.0.1:{proxy_port}/", [{"input": x} for x in inputs],
+                                          args.concurrency))}
+    finally:
+        proxy.stop()
+        server.stop()
+    report = {}
+    for name, (lat, failures, secs, answers) in runs.items():
+        usage = [a.get("usage") or {} for a in answers if a is not None]
+        tokens = sum(u.get("completion_tokens", 0) for u in usage)
+        report[name] = {"ok": len(lat), "failed": len(failures), "first_failures": failures[:3],
+                        "requests_per_s": len(lat) / secs, "generated_tokens_per_s": tokens / secs,
+                        "p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90), "p99_ms": pct(lat, 99), "seconds": secs}
+        print(f"{backend:8s} {name:6s}: {len(lat)}/{len(inputs)} ok, {len(failures)} failed, "
+              f"{len(lat) / secs:7.1f} req/s, {tokens / secs:9.1f} tok/s, p50 {pct(lat, 50):7.1f} ms, "
+              f"p99 {pct(lat, 99):7.1f} ms", flush=True)
+    report["added_by_proxy_ms"] = {q: report["proxy"][f"{q}_ms"] - report["direct"][f"{q}_ms"] for q in ("p50", "p99")}
+    # Texts of the direct path (the proxy refuses empty completions, which random weights often give).
+    report["texts"] = [None if a is None else (a["choices"][0]["message"].get("content") or "",
+                                               a["choices"][0].get("finish_reason"))
+                       for a in runs["direct"][3]]
+    return report
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, nargs=2, default=[8, 24], metavar=("MIN", "MAX"))
+    p.add_argument("--state-words", type=int, nargs=2, default=[5, 120], metavar=("MIN", "MAX"))
     p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
+    p.add_argument("--device", default="cpu", help="native server device")
+    p.add_argument("--backends", nargs="+", default=["native"], choices=["native", "lmdeploy"])
     p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--dllm-block-length", type=int, default=None)
+    p.add_argument("--dllm-denoising-steps", type=int, default=None)
+    p.add_argument("--lmdeploy-cache-share", type=float, default=0.3, help="lmdeploy --cache-max-entry-count")
+    p.add_argument("--start-timeout", type=float, default=300)
     p.add_argument("--out", default="runs/bench_wm_stack.json")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_wm_"))
@@ -72,46 +161,26 @@ def main() -> int:
     if model is None:
         from textwm.models.tiny import build_tiny_checkpoint
 
-        words = ["kitchen", "door", "open", "closed", "you", "see", "a", "table", "lamp", "move", "to", "the"]
-        model = str(build_tiny_checkpoint(tmp / "model", [" ".join(words)] * 50, family="sdar", vocab_size=300))
-    server_port, proxy_port = free_port(), free_port()
-    server, proxy = ManagedProcess("server", tmp), ManagedProcess("proxy", tmp)
-    spec = BackendSpec(backend="native", model_path=model, port=server_port, served_model_name="bench-wm",
-                       device="cpu", max_batch_size=args.max_batch_size, max_model_len=2048)
-    server.start([*server_command(spec), "--temperature", "0", "--max-queue", str(4 * args.requests)])
-    try:
-        server.wait_healthy(f"http://127.0.0.1:{server_port}/health", 180)
-        proxy.start(proxy_command(proxy_port, f"http://127.0.0.1:{server_port}"))
-        proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
-        inputs = [{"system_prompt": SYSTEM, "state": f"You are in room {i % 50}.", "action": f"open door {i % 7}",
-                   "max_tokens": args.max_tokens, "temperature": 0} for i in range(args.requests)]
-        direct = [{"model": "bench-wm", "max_tokens": args.max_tokens, "temperature": 0,
-                   "chat_template_kwargs": {"enable_thinking": False},
-                   "messages": [{"role": "system", "content": SYSTEM},
-                                {"role": "user", "content": wm_user_message(x["state"], x["action"])}]}
-                  for x in inputs]
-        asyncio.run(fire(f"http://127.0.0.1:{server_port}/v1/chat/completions", direct[:32], 16))  # warm-up
-        runs = {
-            "direct": asyncio.run(fire(f"http://127.0.0.1:{server_port}/v1/chat/completions", direct, args.concurrency)),
-            "proxy": asyncio.run(fire(f"http://127.0.0.1:{proxy_port}/", [{"input": x} for x in inputs], args.concurrency)),
-        }
-    finally:
-        proxy.stop()
-        server.stop()
-    report = {"requests": args.requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens}
-    for name, (lat, failures, secs) in runs.items():
-        report[name] = {"ok": len(lat), "failed": len(failures), "first_failures": failures[:3],
-                        "requests_per_s": len(lat) / secs, "p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90),
-                        "p99_ms": pct(lat, 99), "seconds": secs}
-        print(f"{name:7s}: {len(lat)}/{args.requests} ok, {len(failures)} failed, {len(lat) / secs:7.1f} req/s, "
-              f"p50 {pct(lat, 50):7.1f} ms, p90 {pct(lat, 90):7.1f} ms, p99 {pct(lat, 99):7.1f} ms")
-    report["added_by_proxy_ms"] = {q: report["proxy"][f"{q}_ms"] - report["direct"][f"{q}_ms"] for q in ("p50", "p99")}
-    print(f"latency added by the proxy: p50 {report['added_by_proxy_ms']['p50']:+.1f} ms, "
-          f"p99 {report['added_by_proxy_ms']['p99']:+.1f} ms")
+        model = str(build_tiny_checkpoint(tmp / "model", [" ".join(WORDS)] * 50, family="sdar", vocab_size=300))
+    inputs = make_inputs(args)
+    report = {"requests": args.requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+              "state_words": args.state_words, "model": model}
+    for backend in args.backends:
+        report[backend] = run_backend(backend, model, inputs, args, tmp)
+    if len(args.backends) == 2:
+        a, b = (report[x].pop("texts") for x in args.backends)
+        pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]   # (text, finish reason) each
+        report["equal_texts"] = sum(x[0] == y[0] for x, y in pairs) / max(len(pairs), 1)
+        report["empty_texts"] = {name: sum(not p[i][0] for p in pairs) for i, name in enumerate(args.backends)}
+        report["differing_examples"] = [p for p in pairs if p[0][0] != p[1][0]][:10]
+        print(f"{args.backends[0]} and {args.backends[1]} gave equal texts for {100 * report['equal_texts']:.1f}% of "
+              f"{len(pairs)} requests")
+    else:
+        report[args.backends[0]].pop("texts")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
-    return 0 if all(r[1] == [] for r in runs.values()) else 1
+    return 0 if all(report[b]["direct"]["failed"] + report[b]["proxy"]["failed"] == 0 for b in args.backends) else 1
 
 
 if __name__ == "__main__":
