@@ -205,3 +205,23 @@ def test_engine_decoder_grows_its_cache(sdar, prompts):
     got = dec.generate(prompts, dataclasses.replace(settings, gen_length=500))
     assert dec.engine is not first and (dec.engine.max_rows, dec.engine.max_len) == (4, 1024)
     assert len(got) == len(prompts)
+
+
+def test_a_failed_step_leaves_an_idle_engine_that_decodes_again(sdar, prompts):
+    settings = DecodeSettings(gen_length=8, temperature=0)
+    engine = DecodeEngine(sdar.model, sdar.spec, max_rows=4, max_len=64)
+    forward, calls = engine.forward, []
+
+    def failing(*args, **kwargs):       # a fault on the third forward (as an out-of-memory error would come)
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected fault")
+        return forward(*args, **kwargs)
+
+    engine.forward = failing            # the row state takes the engine's forward when rows start
+    with pytest.raises(RuntimeError, match="injected fault"):
+        engine.generate(prompts, settings)
+    assert engine.num_active == 0 and engine.compatible(dataclasses.replace(settings, denoising_steps=1))
+    engine.forward = forward
+    got = engine.generate(prompts, settings)
+    assert outcome(got) == outcome(reference_decoder(sdar.model, sdar.spec).generate(prompts, settings))

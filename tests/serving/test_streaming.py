@@ -90,3 +90,25 @@ def test_max_tokens_is_an_exact_cap_when_a_step_overshoots(tokenizer):
     assert first + second == tokenizer.decode(ids[:5], skip_special_tokens=True)
     assert (row.tokens, row.finish_reason) == (5, "length")
     assert row.feed(ids[11:], Generation(ids, "length")) == ""      # later steps add nothing
+
+
+def test_a_row_cut_by_a_stop_string_gets_one_finish_even_if_tokens_still_come(tokenizer):
+    """n=2: row 0 is cut by a stop string while a step already under way posts more of its tokens."""
+    import asyncio
+
+    from textwm.serving.streaming import RowTokens, Submission
+
+    ids = tokenizer("the door opens. more text", add_special_tokens=False)["input_ids"]
+    rows = [TextRow(tokenizer, ["opens"], 50), TextRow(tokenizer, [], 50)]
+    cancelled = []
+    sub = Submission(rows, prompt_tokens=3, cancel=cancelled.extend)
+
+    async def run():
+        for event in (RowTokens(0, ids, None), RowTokens(1, ids[:2], None), RowTokens(0, ids[:2], None),
+                      RowTokens(1, ids[2:], Generation(token_ids=ids, finish_reason="length"))):
+            sub.inbox.put_nowait(event)
+        return [d async for d in sub.deltas()]
+
+    deltas = asyncio.run(run())
+    finishes = [d.index for d in deltas if d.finish_reason is not None]
+    assert finishes.count(0) == 1 and cancelled == [0]

@@ -159,6 +159,9 @@ class Engine:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+            if self._thread.is_alive():   # a step longer than 30 s: do not touch its rows under it
+                log.error("the decode worker did not stop within 30 s; its requests are left to it")
+                return
         if self._scheduler is not None:
             self._scheduler.shutdown(DecodeFailed("the server is shutting down"))
         if self._templates is not None:
@@ -167,7 +170,11 @@ class Engine:
     def _run(self) -> None:
         assert self._scheduler is not None
         while not self._stop.is_set():
-            self._scheduler.run_once()
+            try:
+                self._scheduler.run_once()
+            except Exception:   # a fault outside the decoder's own handling: log it, keep the worker alive
+                log.exception("the decode worker's step failed")
+                self.metrics.worker_errors += 1
 
     @property
     def queue_depth(self) -> int:

@@ -173,7 +173,7 @@ class ContinuousScheduler:
     """Continuous batching over a slot-based decode engine (``textwm.generation.engine.DecodeEngine``).
 
     Args:
-        make_engine: builds a fresh DecodeEngine (again after a step failed: its rows' state is unknown then).
+        make_engine: builds the DecodeEngine (after a failed step its rows are dropped: ``engine.reset()``).
         intake: the request queue.
         max_batch_size: rows decoded together at most (the engine's ``max_rows``).
         metrics: step, token and occupancy counters.
@@ -201,6 +201,8 @@ class ContinuousScheduler:
         """Admit every row of ``work`` or none: False when it must wait (too few free rows, incompatible)."""
         if len(work.prompts) > self._free_rows() or not self.engine.compatible(work.settings):
             return False
+        if work.settings.seed is not None and self.engine.num_active:
+            return False   # a seeded request decodes alone: rows share the engine's generator
         admitted: list[tuple[int, int]] = []
         try:
             for row, prompt in enumerate(work.prompts):
@@ -257,14 +259,16 @@ class ContinuousScheduler:
                 work.post(RowTokens(row, list(u.token_ids), u.finished))
 
     def _fail_running(self, exc: BaseException, seconds: float) -> None:
+        """Fail the running requests first (nothing below may leave them waiting), then drop their rows in place
+        (a second engine would allocate a second KV cache next to the first)."""
         works = {id(w): w for w, _ in self.active.values()}
         self.metrics.record_step(len(self.active), 0, seconds, failed=len(works))
         error = DecodeFailed(f"{type(exc).__name__}: {exc}")
         self.active.clear()
-        self.engine = self.make_engine()
         self.metrics.rows_running = 0
         for w in works.values():
             w.post(RowsFailed(error))
+        self.engine.reset()
 
     def shutdown(self, error: BaseException) -> None:
         """Fail the running and queued requests and free their rows (the engine may serve a next app)."""

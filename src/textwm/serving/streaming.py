@@ -196,7 +196,10 @@ class Submission:
             if isinstance(event, RowsFailed):
                 raise event.error
             row = self.rows[event.row]
+            was_done = row.done   # tokens of a step already under way when this row was cut: finish already sent
             text = row.feed(event.token_ids, event.finished)
+            if was_done:
+                continue
             if row.done and event.finished is None:
                 self._cancel([event.row])  # a stop string or the cap: the decoder need not go on
             if text or row.done:

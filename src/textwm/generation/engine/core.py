@@ -143,6 +143,12 @@ class DecodeEngine:
             self._joining = [j for j in self._joining if j[0] != slot]
             self._rows.leave(slot)
 
+    def reset(self) -> None:
+        """Drop every row (after a failed step their state is unknown); the cache and the graphs stay."""
+        self._keys = [None] * self.max_rows
+        self._joining = []
+        self._settings, self._rows = None, None
+
     def _start(self, settings: DecodeSettings) -> None:
         """New running settings: the family's row state for them (the cache and graphs stay)."""
         self._settings = settings
@@ -205,13 +211,17 @@ class DecodeEngine:
                                  f"max_len {self.max_len}")
         results: list[Generation | None] = [None] * len(prompts)
         waiting = list(range(len(prompts)))[::-1]
-        while waiting or self.num_active:
-            while waiting and self.free_rows:
-                i = waiting.pop()
-                self.admit(i, prompts[i], settings, budgets[i])
-            for update in self.step():
-                if update.finished is not None:
-                    results[update.key] = update.finished
+        try:
+            while waiting or self.num_active:
+                while waiting and self.free_rows:
+                    i = waiting.pop()
+                    self.admit(i, prompts[i], settings, budgets[i])
+                for update in self.step():
+                    if update.finished is not None:
+                        results[update.key] = update.finished
+        except BaseException:
+            self.reset()   # the next call finds an idle engine, not this call's half-decoded rows
+            raise
         return results  # type: ignore[return-value]
 
 

@@ -9,8 +9,10 @@ cover all batches: rows up to the next power of two, kv_len up to the next multi
 
 Capture runs the forward for real first (warm-up on a side stream, as CUDA graphs require) with the
 caller's inputs already in place; the forward writes only its own columns and is a pure function of its
-inputs, so the warm-up changes nothing a replay would not. All graphs share one memory pool: a graph's
-output is valid until the next replay of any graph, so callers consume logits before the next forward.
+inputs, so the warm-up changes nothing a replay would not. All graphs share one memory pool, and each copies
+its logits into one output buffer per logits width (``[max_rows, width, V]``, allocated outside the graphs),
+so memory does not grow with the number of graphs: a graph's output is valid until the next replay of any
+graph, and callers consume logits before the next forward.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class GraphedForward:
         self._graphs: dict[tuple[int, int, int, int], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
                                                             torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle() if enabled else None
+        self._outputs: dict[int, torch.Tensor] = {}   # logits width -> [max_rows, width, V]
 
     @property
     def num_graphs(self) -> int:
@@ -76,7 +79,12 @@ class GraphedForward:
         with torch.cuda.stream(stream), torch.no_grad():
             self.net.forward(*static, kv_len=kv_len, logits_from=logits_from)   # warm-up (idempotent)
         torch.cuda.current_stream().wait_stream(stream)
+        rows, width = key[0], key[1] - logits_from
+        if width not in self._outputs:
+            self._outputs[width] = torch.empty((self.net.rows, width, self.net.vocab_size), dtype=self.net.dtype,
+                                               device=self.net.device)
+        out = self._outputs[width][:rows]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
-            out = self.net.forward(*static, kv_len=kv_len, logits_from=logits_from)
+            out.copy_(self.net.forward(*static, kv_len=kv_len, logits_from=logits_from))
         return graph, static, out

@@ -40,9 +40,9 @@ class Rows:
 
     def __init__(self, ctx: RowsContext):
         s = ctx.settings
-        if ctx.spec.family != "ar" and max(s.block_length, s.window_size) > MAX_BLOCK_OR_WINDOW:
-            raise ValueError(f"the engine decodes block lengths and windows up to {MAX_BLOCK_OR_WINDOW}, got "
-                             f"block_length {s.block_length} and window_size {s.window_size}")
+        own = {"sdar": ("block_length", s.block_length), "wedlm": ("window_size", s.window_size)}.get(ctx.spec.family)
+        if own is not None and own[1] > MAX_BLOCK_OR_WINDOW:
+            raise ValueError(f"the engine decodes {own[0]} up to {MAX_BLOCK_OR_WINDOW}, got {own[1]}")
         self.ctx, self.settings = ctx, ctx.settings
         self.device = ctx.net.device
         self.max_rows = ctx.net.rows
