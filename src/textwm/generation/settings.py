@@ -7,6 +7,7 @@ the WM-stack launcher's backend spec and the local agent; its fields become thei
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from textwm.config import option
@@ -34,6 +35,10 @@ class DecodeSettings:
     entropy_threshold: float = option(0.4, "WeDLM: fill a mask when its raw-logit entropy + position_penalty * "
                                            "distance < this (else the lowest)")
     position_penalty: float = option(0.02, "WeDLM: entropy penalty per slot after the first mask")
+
+    def batch_key(self) -> DecodeSettings:
+        """What rows decoded together must share: every setting but ``gen_length`` (each row has its own)."""
+        return dataclasses.replace(self, gen_length=1)
 
     def __post_init__(self) -> None:
         if self.gen_length < 1:

@@ -67,7 +67,7 @@ class Work:
 
     @property
     def batch_key(self) -> DecodeSettings:
-        return dataclasses.replace(self.settings, gen_length=1)
+        return self.settings.batch_key()
 
     @property
     def abandoned(self) -> bool:

@@ -20,7 +20,6 @@ rule sets, :mod:`~textwm.generation.wedlm`); their greedy output is the engine's
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -59,10 +58,6 @@ class EngineStats:
     decode_s: float = 0.0
     steps: int = 0
     rows_stepped: int = 0   # sum over steps of the rows decoding (mean occupancy = rows_stepped / steps)
-
-
-def _batch_key(settings: DecodeSettings) -> DecodeSettings:
-    return dataclasses.replace(settings, gen_length=1)
 
 
 class DecodeEngine:
@@ -108,7 +103,7 @@ class DecodeEngine:
 
     def compatible(self, settings: DecodeSettings) -> bool:
         """Can a request with ``settings`` join the rows running now (none run, or theirs are equal)."""
-        return self.num_active == 0 or _batch_key(settings) == _batch_key(self._settings)
+        return self.num_active == 0 or settings.batch_key() == self._settings.batch_key()
 
     def admit(self, key: Hashable, prompt: Sequence[int], settings: DecodeSettings, max_tokens: int) -> None:
         """Give a request a row; it is prefilled and decodes from the next :meth:`step`.

@@ -107,8 +107,10 @@ class SDARRows(Rows):
             fused = forwards == 0 and bool(self.pending[:b].any())
             logits = self._forward(b, fused)
             self.pending[:b] = False
-            live = self.active if not self.lmdeploy else {s for s in self.active if bool(self.masked[s].any())}
-            self.count_forward(live)
+            if self.lmdeploy:   # lmdeploy runs a forward for the rows whose block still has masks only
+                self.count_forward(masked.any(dim=1).nonzero(as_tuple=True)[0].tolist())
+            else:
+                self.count_forward()
             if self.lmdeploy:
                 self._unmask_lmdeploy(logits, masked, b)
             else:
