@@ -12,9 +12,16 @@ the speed if every forward took only the time to read the weights once (weight b
 measured at the start), at the forwards per token measured. Timings include the prefill of the prompts
 (1024 tokens x batch: at batch 128 over 2 PFLOP, seconds on its own); engine runs also print their decode
 steps alone ("decode only", from the engine's own clock). Engine runs are timed on their second run (the
-first captures the CUDA graphs). Writes JSON.
+first captures the CUDA graphs and compiles the fused layers); ``--layers fused modules`` runs each engine
+line with the fused layers and with the checkpoint's modules side by side. Writes JSON.
 
     python scripts/bench_decode.py --size qwen3-8b --batch-sizes 1 32 128 --new-tokens 128
+
+With ``--model-path CKPT --prompts ROWS.jsonl`` it decodes a trained checkpoint on real world-model prompts
+instead (stop ids kept), e.g. a trained WeDLM against AR decoding of the same weights:
+
+    python scripts/bench_decode.py --model-path runs/wedlm_sft --prompts data/samples/sciworld_wm_test.jsonl \
+        --decoders engine_wedlm engine_ar --batch-sizes 1 32 --new-tokens 128
 """
 
 import argparse
@@ -26,14 +33,19 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from textwm.data.jsonl import read_jsonl
+from textwm.data.schema import split_prompt_target, validate_target_row
 from textwm.generation.engine.decoder import EngineDecoder
+from textwm.generation.engine.static_model import ATTENTIONS
 from textwm.generation.sdar import SDARDecoder
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
-from textwm.models.checkpoint import ModelSpec
+from textwm.models.checkpoint import ModelSpec, load_model
 from textwm.models.tiny import tiny_config
+from textwm.training.data import ChatEncoder
 
-DECODERS = ("hf_dynamic", "hf_static", "ref_sdar", "ref_wedlm", "engine_ar", "engine_sdar", "engine_wedlm")
+DECODERS = ("hf_dynamic", "hf_static", "ref_sdar", "ref_wedlm", "engine_ar", "engine_sdar", "engine_sdar_lmdeploy",
+            "engine_wedlm")
 
 
 def copy_bandwidth() -> float:
@@ -50,12 +62,53 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 10 / (time.perf_counter() - start)
 
 
+def kernels_per_forward(engine, *, rows: int, queries: int) -> int:
+    """CUDA kernels one eager decode forward of the engine's model launches (``rows`` x ``queries`` tokens)."""
+    net = engine.net
+    ids = torch.ones((rows, queries), dtype=torch.long, device="cuda")
+    pos = torch.arange(queries, device="cuda")[None].expand(rows, -1).contiguous()
+    run = lambda: net.forward(ids, pos, pos, pos + 1, kv_len=256)   # noqa: E731
+    with torch.no_grad():
+        run()   # compile / warm up outside the trace
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
 def timed(fn):
     torch.cuda.synchronize()
     start = time.perf_counter()
     out = fn()
     torch.cuda.synchronize()
     return out, time.perf_counter() - start
+
+
+def random_subject(args):
+    """A random model of ``args.size`` (bf16, untied head), its spec without stop ids (every row decodes
+    exactly ``--new-tokens``) and random prompts of ``--prompt-len``."""
+    mask_id = args.vocab_size - 1
+    config = tiny_config(args.size, vocab_size=args.vocab_size, family="sdar", block_size=args.block_length,
+                         mask_token_id=mask_id, pad_token_id=0, eos_token_id=None)
+    config.tie_word_embeddings = False
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    spec = ModelSpec(path="random", family="sdar", model_type="sdar", block_size=args.block_length,
+                     mask_token_id=mask_id, stop_ids=(), pad_token_id=0)
+    return model, spec, lambda bsz: torch.randint(1, mask_id, (bsz, args.prompt_len)).tolist()
+
+
+def trained_subject(path: str, prompts_file: str, prompt_len: int):
+    """A trained checkpoint (bf16) with its own spec (stop ids kept: rows end where the model ends them) and
+    the prompts of ``prompts_file``'s rows: "batch B" decodes all of them, B rows at a time."""
+    loaded = load_model(path, device="cuda", dtype="bfloat16")
+    encoder = ChatEncoder(loaded.tokenizer)
+    rows = read_jsonl(prompts_file, validate=validate_target_row).rows
+    prompts = [encoder.prompt_ids(split_prompt_target(row)[0])[-prompt_len:] for row in rows]
+    # every prompt of the file (at least bsz), decoded bsz rows at a time with continuous refill
+    return loaded.model.eval(), loaded.spec, lambda bsz: [prompts[i % len(prompts)]
+                                                          for i in range(max(bsz, len(prompts)))]
 
 
 def main() -> int:
@@ -70,29 +123,39 @@ def main() -> int:
     p.add_argument("--window", type=int, default=16, help="WeDLM window")
     p.add_argument("--entropy-thresholds", type=float, nargs="+", default=[0.4, 1000.0])
     p.add_argument("--decoders", nargs="+", default=list(DECODERS), choices=DECODERS)
-    p.add_argument("--attention", default="sdpa", choices=["sdpa", "grouped"], help="the engine's attention")
+    p.add_argument("--attention", default="auto", choices=list(ATTENTIONS), help="the engine's attention")
+    p.add_argument("--layers", nargs="+", default=["fused"], choices=["fused", "modules"],
+                   help="the engine's layer math: fused kernels, the checkpoint's modules, or both side by side")
+    p.add_argument("--model-path", help="a trained checkpoint instead of random weights (its family, stop ids "
+                   "and tokenizer); pair with --prompts")
+    p.add_argument("--prompts", help="chat-format rows (.jsonl) whose prompts the trained checkpoint decodes, "
+                   "cycled to fill each batch and cut to their last --prompt-len tokens")
     p.add_argument("--out", default="runs/bench_decode.json")
     args = p.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
+    if (args.model_path is None) != (args.prompts is None):
+        p.error("--model-path and --prompts go together")
+    if args.model_path and any(not d.startswith("engine_") for d in args.decoders):
+        p.error("with --model-path the engine decoders run (B rows at a time over all prompts); choose engine_*")
     torch.manual_seed(0)
-    mask_id = args.vocab_size - 1
-    config = tiny_config(args.size, vocab_size=args.vocab_size, family="sdar", block_size=args.block_length,
-                         mask_token_id=mask_id, pad_token_id=0, eos_token_id=None)
-    config.tie_word_embeddings = False
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    if args.model_path:
+        model, spec, pool = trained_subject(args.model_path, args.prompts, args.prompt_len)
+    else:
+        model, spec, pool = random_subject(args)
+    label = args.model_path or args.size
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth()
     t_weights = weight_bytes / bandwidth
-    spec = ModelSpec(path="random", family="sdar", model_type="sdar", block_size=args.block_length,
-                     mask_token_id=mask_id, stop_ids=(), pad_token_id=0)
     specs = {f: ModelSpec(**{**spec.__dict__, "family": f}) for f in ("ar", "sdar", "wedlm")}
-    print(f"{args.size}: {weight_bytes / 1e9:.1f} GB bf16, {torch.cuda.get_device_name()}, copy bandwidth "
+    print(f"{label}: {weight_bytes / 1e9:.1f} GB bf16, {torch.cuda.get_device_name()}, copy bandwidth "
           f"{bandwidth / 1e12:.2f} TB/s: one weight read {t_weights * 1e3:.2f} ms", flush=True)
     results = []
+    counted: set[tuple[str, str]] = set()
 
     def record(name, bsz, secs, tokens, forwards, **extra):
-        per_token = forwards / (tokens / bsz)
+        """``forwards``: the forwards a row took part in, summed over rows (= forwards x rows when every
+        row decodes to the end): per token that is the rows' own rate, whatever their lengths."""
+        per_token = forwards / tokens
         roofline = bsz / per_token / t_weights
         row = {"decoder": name, "batch": bsz, "seconds": secs, "tokens_per_s": tokens / secs,
                "forwards_per_token": per_token, "roofline_tokens_per_s": roofline,
@@ -102,8 +165,8 @@ def main() -> int:
               f"{100 * row['roofline_fraction']:5.1f}% of {roofline:9.1f}  ({secs:.2f} s)", flush=True)
 
     for bsz in args.batch_sizes:
-        prompts = torch.randint(1, mask_id, (bsz, args.prompt_len)).tolist()
-        ids = torch.tensor(prompts, device="cuda")
+        prompts = pool(bsz)
+        ids = None if args.model_path else torch.tensor(prompts, device="cuda")
         for cache in ("dynamic", "static"):
             if f"hf_{cache}" not in args.decoders:
                 continue
@@ -115,7 +178,7 @@ def main() -> int:
                     input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
                     min_new_tokens=args.new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0, **kw))
             new = out.shape[1] - args.prompt_len
-            record(f"AR   HF generate, {cache} cache", bsz, secs, bsz * new, new)
+            record(f"AR   HF generate, {cache} cache", bsz, secs, bsz * new, bsz * new)
         runs = []   # (name, decoder factory, settings, engine?)
         for steps in args.steps:
             s = DecodeSettings(gen_length=args.new_tokens, temperature=0, block_length=args.block_length,
@@ -124,7 +187,7 @@ def main() -> int:
             runs.append((f"SDAR b{args.block_length} s{steps} engine", "engine_sdar", None, "sdar", s))
         lm = DecodeSettings(gen_length=args.new_tokens, temperature=0, block_length=args.block_length,
                             denoising_steps=1, sdar_rules="lmdeploy")
-        runs.append((f"SDAR b{args.block_length} s1 lmdeploy rules engine", "engine_sdar", None, "sdar", lm))
+        runs.append((f"SDAR b{args.block_length} s1 lmdeploy rules engine", "engine_sdar_lmdeploy", None, "sdar", lm))
         for tau in args.entropy_thresholds:
             s = DecodeSettings(gen_length=args.new_tokens, temperature=0, window_size=args.window,
                                entropy_threshold=tau)
@@ -132,8 +195,11 @@ def main() -> int:
             runs.append((f"WeDLM w{args.window} tau {tau:g} engine", "engine_wedlm", None, "wedlm", s))
         runs.append(("AR   engine", "engine_ar", None, "ar", DecodeSettings(gen_length=args.new_tokens,
                                                                              temperature=0)))
-        engines: dict[str, EngineDecoder] = {}
-        for name, key, ref_cls, family, settings in runs:
+        # each engine run once per layer math (named by it when there are several); reference runs once
+        runs = [(name if ref_cls or len(args.layers) == 1 else f"{name} [{m}]", key, ref_cls, family, s, m)
+                for name, key, ref_cls, family, s in runs for m in ([None] if ref_cls else args.layers)]
+        engines: dict[tuple[str, str], EngineDecoder] = {}
+        for name, key, ref_cls, family, settings, layers in runs:
             if key not in args.decoders:
                 continue
             if ref_cls is not None:
@@ -141,13 +207,19 @@ def main() -> int:
                 dec.generate([x[:16] for x in prompts], DecodeSettings(**{**settings.__dict__, "gen_length": 8}))
                 gens, secs = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
             else:
-                dec = engines.get(family) or EngineDecoder(model, specs[family], max_rows=bsz, attention=args.attention)
-                engines = {family: dec}   # one engine's cache at a time
+                dec = engines.get((family, layers)) or EngineDecoder(
+                    model, specs[family], max_rows=bsz, attention=args.attention, fused=layers == "fused")
+                engines = {(family, layers): dec}   # one engine's cache at a time
                 _, first = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
+                if (family, layers) not in counted:
+                    counted.add((family, layers))
+                    n = kernels_per_forward(dec.engine, rows=1, queries=4)
+                    print(f"  {family} engine, {layers} layers: {n} CUDA kernels per forward (1 row x 4 queries, "
+                          f"{n / model.config.num_hidden_layers:.1f} per layer)", flush=True)
                 before = dataclasses.replace(dec.engine.stats)
                 gens, secs = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
             n_tok = sum(len(g.token_ids) for g in gens)
-            fwd = max(g.num_forwards for g in gens)
+            fwd = sum(g.num_forwards for g in gens)
             record(name, bsz, secs, n_tok, fwd)
             if ref_cls is None:   # the same run without its prefill: decode steps only
                 stats = dec.engine.stats

@@ -3,8 +3,10 @@
 The reference decoders are checked against ports of upstream's loops (test_sdar_decoder.py,
 test_wedlm_decoder.py); here the engine must give their greedy output for every strategy, block length,
 step count, window, stop condition and budget, with fewer rows than prompts (rows refill as others
-finish: continuous batching), and with requests joining a running batch. Models run in float64 so that
-the engine's attention and the reference's agree far inside any threshold's margin.
+finish: continuous batching), and with requests joining a running batch. Rows with their own sampling
+settings share a step: a greedy row decodes the same next to sampling rows, and a row's repetition penalty
+touches that row only. Models run in float64 so that the engine's attention and the reference's agree far
+inside any threshold's margin.
 """
 
 import dataclasses
@@ -160,6 +162,78 @@ def test_requests_joining_a_running_batch_decode_as_if_alone(family, sdar, wedlm
         steps += 1
     assert outcome([done[i] for i in range(len(prompts))]) == outcome(alone)
     assert all(tokens[i] == done[i].token_ids for i in tokens)   # the step updates add up to the result
+
+
+# --- per-row sampling settings ------------------------------------------------------------------------------
+
+FAMILY_RULES = [("sdar", "generate"), ("sdar", "lmdeploy"), ("wedlm", "generate"), ("ar", "generate")]
+#: One step structure for every family (each ignores the others' knobs).
+STRUCTURE = DecodeSettings(gen_length=10, temperature=0, block_length=4, denoising_steps=2, confidence_threshold=0.3,
+                           window_size=4, entropy_threshold=4.6)
+
+
+def run_engine(lm, prompts, settings, lengths, *, max_rows=3, watch=None):
+    """Each prompt under its own settings, admitted in order as rows free up; ``watch(engine)`` after each step."""
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=max_rows, max_len=64)
+    done, waiting = {}, list(range(len(prompts)))
+    while waiting or engine.num_active:
+        while waiting and engine.free_rows and engine.compatible(settings[waiting[0]]):
+            i = waiting.pop(0)
+            engine.admit(i, prompts[i], settings[i], lengths[i])
+        for u in engine.step():
+            if u.finished is not None:
+                done[u.key] = u.finished
+        if watch is not None:
+            watch(engine)
+    return [done[i] for i in range(len(prompts))]
+
+
+@pytest.mark.parametrize(("family", "rules"), FAMILY_RULES)
+def test_greedy_rows_decode_the_same_next_to_sampling_rows(family, rules, sdar, wedlm, ar, prompts):
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    greedy = dataclasses.replace(STRUCTURE, sdar_rules=rules)
+    sampled = [dataclasses.replace(greedy, temperature=1.0, top_k=k, top_p=p) for k, p in ((0, 1.0), (8, 0.9))]
+    per_row = [greedy if i % 2 == 0 else sampled[i // 2 % 2] for i in range(6)]
+    widths = set()
+    got = run_engine(lm, prompts[:6], per_row, LENGTHS[:6], watch=lambda e: widths.add(e._rows.seen.shape[1]))
+    want = reference_decoder(lm.model, lm.spec).generate(prompts[:6], greedy, LENGTHS[:6])
+    assert outcome(got[0::2]) == outcome(want[0::2])               # the greedy rows: as if all rows were greedy
+    assert outcome(got[1::2]) != outcome(want[1::2])               # the others did sample
+    assert widths == {1}                                           # nobody penalises: no [rows, V] table
+
+
+@pytest.mark.parametrize(("family", "rules"), [("sdar", "generate"), ("sdar", "lmdeploy"), ("ar", "generate")])
+def test_per_row_repetition_penalty_decodes_each_row_as_if_alone(family, rules, sdar, ar, prompts):
+    lm = {"sdar": sdar, "ar": ar}[family]
+    plain = dataclasses.replace(STRUCTURE, gen_length=12, sdar_rules=rules)
+    per_row = [dataclasses.replace(plain, repetition_penalty=r) for r in (1.0, 1.8, 1.3, 1.0, 1.8)]
+    widths = []
+    got = run_engine(lm, prompts[:5], per_row, [12] * 5, watch=lambda e: widths.append(e._rows.seen.shape[1]))
+    ref = reference_decoder(lm.model, lm.spec)
+    alone = [ref.generate([p], s)[0] for p, s in zip(prompts, per_row)]
+    assert outcome(got) == outcome(alone)
+    assert outcome(alone[1::3]) != outcome(ref.generate(prompts[1:5:3], plain))   # the penalty changed them
+    assert max(widths) == lm.model.get_output_embeddings().weight.shape[0] and widths[-1] == 1   # freed at the end
+
+
+def test_sampling_settings_join_running_rows_and_step_structures_wait(sdar, prompts):
+    greedy = DecodeSettings(gen_length=8, temperature=0)
+    engine = DecodeEngine(sdar.model, sdar.spec, max_rows=4, max_len=32)
+    engine.admit("a", prompts[0], greedy, 8)
+    nucleus = dataclasses.replace(greedy, temperature=0.8, top_p=0.9, top_k=20, repetition_penalty=1.2)
+    assert engine.compatible(nucleus)                                            # joins: no wait
+    engine.admit("b", prompts[1], nucleus, 8)
+    assert not engine.compatible(dataclasses.replace(greedy, block_length=2))   # another structure waits
+    assert not engine.compatible(dataclasses.replace(greedy, sdar_rules="lmdeploy"))
+    assert not engine.compatible(dataclasses.replace(greedy, seed=3))           # a seed: not with unseeded rows
+    engine.step()
+    assert engine.compatible(nucleus) and engine.compatible(greedy)
+    while engine.num_active:
+        engine.step()
+    seeded = dataclasses.replace(nucleus, seed=3)
+    engine.admit("c", prompts[2], seeded, 8)
+    assert engine.compatible(seeded)                           # the same seeded request's next row shares its generator
+    assert not engine.compatible(nucleus) and not engine.compatible(dataclasses.replace(seeded, temperature=0.5))
 
 
 def test_admission_rules(sdar, prompts):

@@ -14,6 +14,8 @@ from tests.generation.wedlm_upstream import sharpen_head
 from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.engine import DecodeEngine
 from textwm.generation.engine.decoder import EngineDecoder
+from textwm.generation.engine.fused_layers import FusedLayers, ModuleLayers
+from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.remasking import STRATEGIES
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
@@ -37,10 +39,10 @@ def _prompts(lm):
     return [[rng.randrange(10, len(lm.tokenizer)) for _ in range(n)] for n in (5, 9, 12, 17, 3, 8, 16, 1)]
 
 
-def _check(lm, settings, attention="sdpa"):
+def _check(lm, settings, attention="sdpa", fused=None):
     prompts = _prompts(lm)
     ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings, LENGTHS)
-    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64, attention=attention)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64, attention=attention, fused=fused)
     assert engine.forward.enabled
     got = engine.generate(prompts, settings, LENGTHS)
     assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
@@ -71,6 +73,38 @@ def test_wedlm_and_ar_engines_with_cuda_graphs_equal_the_reference(tiny_wedlm_di
     settings = DecodeSettings(gen_length=12, temperature=0)
     _check(ar, settings, attention)
     _check(ar, dataclasses.replace(settings, repetition_penalty=1.5), attention)
+
+
+def test_the_engine_through_the_checkpoints_modules_equals_the_reference(tiny_sdar_dir, tiny_wedlm_dir):
+    """The unfused layer path (MoE checkpoints take it) with CUDA graphs."""
+    lm = _load(tiny_sdar_dir, untie_head)
+    engine = _check(lm, DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2), fused=False)
+    assert isinstance(engine.net.layer_math, ModuleLayers)
+    _check(_load(tiny_wedlm_dir, sharpen_head), DecodeSettings(gen_length=12, temperature=0, window_size=8),
+           fused=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_compiled_fused_layers_track_the_modules_in_low_precision(tiny_sdar_dir, dtype):
+    """Inductor's kernels keep eager's roundings: the fused forward's logits stay within a few bf16 ulps of
+    the modules' (float64 tests cannot see a dropped cast), and the argmax agrees nearly everywhere."""
+    lm = load_model(tiny_sdar_dir, device="cuda", dtype="float32")
+    model = lm.model.to(dtype)
+    fused = StaticModel(model, rows=4, capacity=64, fused=True)
+    plain = StaticModel(model, rows=4, capacity=64, fused=False)
+    assert isinstance(fused.layer_math, FusedLayers)
+    prompts = _prompts(lm)[:4]
+    slots = torch.arange(4, device="cuda")
+    a, b = fused.prefill(slots, prompts, block=4).float(), plain.prefill(slots, prompts, block=4).float()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    ids = torch.randint(10, len(lm.tokenizer), (4, 4), device="cuda")
+    pos = torch.tensor([len(p) for p in prompts], device="cuda")[:, None] + torch.arange(4, device="cuda")
+    limits = (pos // 4 + 1) * 4
+    a = fused.forward(ids, pos, pos, limits, kv_len=64).float()
+    b = plain.forward(ids, pos, pos, limits, kv_len=64).float()
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.9
 
 
 def test_make_decoder_runs_the_engine_on_cuda(tiny_sdar_dir):

@@ -251,8 +251,8 @@ def test_requests_join_running_rows_and_other_settings_wait_for_them_to_drain(se
     long = long_request(server, client)
     stream = client.chat.completions.create(**long, stream=True)
     next(stream)
-    short = client.chat.completions.create(model=MODEL, messages=LOOK, max_tokens=4, temperature=0)
-    assert short.usage.completion_tokens > 0 and engine.scheduler.engine.num_active == 1  # joined; the long one runs on
+    short = client.chat.completions.create(model=MODEL, messages=LOOK, max_tokens=4, temperature=0.8, top_p=0.9)
+    assert short.usage.completion_tokens > 0 and engine.scheduler.engine.num_active == 1  # joined the greedy rows
     answers = []
     other = threading.Thread(target=lambda: answers.append(client.chat.completions.create(
         model=MODEL, messages=LOOK, max_tokens=4, temperature=0, seed=7)))       # a seed: other settings

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 
 from textwm.generation.base import Generation, MaskDecoder
-from textwm.generation.sampling import apply_repetition_penalty, sample
+from textwm.generation.sampling import RowParams, apply_repetition_penalty, sample, sample_rows
 from textwm.generation.sdar_blocks import BlockBatch
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
@@ -114,6 +115,36 @@ def lmdeploy_sample(logits: torch.Tensor, settings: DecodeSettings, *, penalized
         flat = flat / settings.temperature
         tokens = sample(flat, temperature=1.0, top_k=settings.top_k, top_p=settings.top_p,
                         generator=generator).tokens
+    confidence = torch.softmax(flat, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens.view(logits.shape[:2]), confidence.view(logits.shape[:2])
+
+
+def lmdeploy_sample_rows(logits: torch.Tensor, rows: RowParams, *, penalty: torch.Tensor | None = None,
+                         penalized: torch.Tensor | None = None,
+                         generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`lmdeploy_sample` with each row's own settings (lmdeploy's are per request: ``SamplingInputs``).
+
+    Args:
+        logits: ``[R, B, V]`` of a forward.
+        rows: the sampling settings of the ``R`` rows.
+        penalty: ``[R]`` repetition penalty per row (1: off), with ``penalized [R, V]`` the tokens it hits;
+            both None when no row penalises.
+
+    Row by row this is :func:`lmdeploy_sample`: penalty, then the row's temperature (greedy rows unscaled:
+    lmdeploy's ``top_k = 1``), the score under that, and the draw after the row's top-k/top-p; all-greedy
+    rows take the argmax alone.
+    """
+    logits = logits.float()
+    if penalized is not None:
+        logits = apply_repetition_penalty(logits, penalized, penalty)
+    flat = logits.reshape(-1, logits.shape[-1])
+    if rows.all_greedy:
+        tokens = flat.argmax(dim=-1)
+    else:
+        per_position = rows.repeat(logits.shape[1])
+        flat = flat / per_position.divisor()
+        unit = replace(per_position, temperature=(per_position.temperature > 0).float())  # scaled once, above
+        tokens = sample_rows(flat, unit, generator=generator).tokens
     confidence = torch.softmax(flat, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
     return tokens.view(logits.shape[:2]), confidence.view(logits.shape[:2])
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from textwm.config import option
 from textwm.generation import SDAR_RULES, STRATEGIES
 
+#: The knobs a decode-engine row takes from its own request (vLLM / lmdeploy per-request sampling params).
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -37,8 +40,16 @@ class DecodeSettings:
     position_penalty: float = option(0.02, "WeDLM: entropy penalty per slot after the first mask")
 
     def batch_key(self) -> DecodeSettings:
-        """What rows decoded together must share: every setting but ``gen_length`` (each row has its own)."""
+        """What rows of one reference-decoder ``generate`` call share: every setting but ``gen_length`` (each row
+        has its own). The batch scheduler groups requests by it."""
         return dataclasses.replace(self, gen_length=1)
+
+    def step_key(self) -> DecodeSettings:
+        """What rows decoding together in the decode engine share: the structure of a step (the diffusion
+        settings, the SDAR rules, the seed), not the per-row sampling knobs (:data:`SAMPLING_FIELDS`) nor
+        ``gen_length``. Rows with equal step keys may run in one engine step, each sampling by its own settings
+        (``DecodeEngine.compatible`` adds that seeded rows share one generator, so need equal batch keys)."""
+        return dataclasses.replace(self, gen_length=1, **{f: _SAMPLING_DEFAULTS[f] for f in SAMPLING_FIELDS})
 
     def __post_init__(self) -> None:
         if self.gen_length < 1:
@@ -62,3 +73,6 @@ class DecodeSettings:
         if self.remasking_strategy not in STRATEGIES:
             raise ValueError(f"unknown remasking strategy {self.remasking_strategy!r}; "
                              f"choose one of {', '.join(STRATEGIES)}")
+
+
+_SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DecodeSettings) if f.name in SAMPLING_FIELDS}

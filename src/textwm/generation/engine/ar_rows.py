@@ -5,6 +5,7 @@ The prefill's last logits give the first token; each step feeds a row's last tok
 (causal: ``limit = position + 1``). Sampling is :func:`~textwm.generation.sampling.sample` (HF's order:
 repetition penalty over the prompt and output, temperature, top-k, top-p; greedy at temperature 0). A row
 ends at a stop id (left out of the output, finish "stop") or after its budget of tokens ("length").
+Each row samples by its own request's settings (:func:`~textwm.generation.sampling.sample_rows`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import torch
 
 from textwm.generation.base import Generation
 from textwm.generation.engine.rows import Rows, RowsContext, Update
-from textwm.generation.sampling import apply_repetition_penalty, sample
+from textwm.generation.sampling import apply_repetition_penalty, sample_rows
+from textwm.generation.settings import DecodeSettings
 
 
 class ARRows(Rows):
@@ -25,8 +27,9 @@ class ARRows(Rows):
         self.pos = torch.zeros(self.max_rows, dtype=torch.long, device=self.device)
         self.budgets: dict[int, int] = {}
 
-    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
-        self.start_rows(slots)
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
+             settings: list[DecodeSettings]) -> list[Update]:
+        self.start_rows(slots, settings)
         idx = torch.tensor(slots, device=self.device)
         for slot, p in zip(slots, prompts):
             self.mark_seen(slot, p)
@@ -42,11 +45,9 @@ class ARRows(Rows):
 
     def _sample(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Next token ``[n]`` from ``logits [n, V]`` of engine rows ``rows [n]``."""
-        s = self.settings
         if self.penalize:
-            logits = apply_repetition_penalty(logits[:, None], self.seen[rows], s.repetition_penalty)[:, 0]
-        return sample(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                      generator=self.ctx.generator).tokens
+            logits = apply_repetition_penalty(logits[:, None], self.seen[rows], self.penalty[rows])[:, 0]
+        return sample_rows(logits, self.sampling(self.max_rows).take(rows), generator=self.ctx.generator).tokens
 
     def step(self) -> list[Update]:
         b, _ = self.bucket()

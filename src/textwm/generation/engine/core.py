@@ -8,10 +8,14 @@ family (:mod:`textwm.generation.engine.families`): an SDAR block (all its denois
 forward, an AR token. A row that finishes frees its row at once, so the next step can admit another request:
 continuous batching. :meth:`DecodeEngine.generate` runs a list of prompts through the same loop.
 
-The rows running together share one :class:`DecodeSettings` (``gen_length`` aside: each row has its
-``max_tokens``); a request with other settings waits until the running rows drain
-(:meth:`DecodeEngine.compatible`). A row's tokens do not depend on the other rows (greedy decoding; a seeded
-draw shares one generator across the rows, as in the reference decoders).
+The rows running together share the structure of a step, :meth:`DecodeSettings.step_key` (the family's
+diffusion settings: block length, denoising steps, strategy, thresholds, SDAR rules, window, ...); each row
+samples by its own request's temperature, top-k, top-p and repetition penalty and has its own
+``max_tokens``, as vLLM's and lmdeploy's per-request sampling params. A request with another step structure
+waits until the running rows drain (:meth:`DecodeEngine.compatible`). A seeded request's rows share one
+generator seeded by it, so they run only with rows of the same settings. A greedy row's tokens do not depend
+on the other rows, whatever those sample; a sampled row's draw does (the rows draw from one random stream, as
+in the reference decoders).
 
 The rules are the reference decoders' (:mod:`textwm.generation.ar`, :mod:`~textwm.generation.sdar` under both
 rule sets, :mod:`~textwm.generation.wedlm`); their greedy output is the engine's, token for token
@@ -68,11 +72,12 @@ class DecodeEngine:
         max_len: prompt + max_tokens of any request, in tokens.
         cuda_graphs: replay decode forwards as CUDA graphs (default: when the model is on CUDA and has no
             mixture-of-experts layers, whose routing has data-dependent shapes).
-        attention: see :class:`StaticModel`.
+        attention, fused: see :class:`StaticModel`.
     """
 
     def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None, max_rows: int = 64,
-                 max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "sdpa"):
+                 max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "auto",
+                 fused: bool | None = None):
         if spec.family not in FAMILY_ROWS:
             raise ValueError(f"no engine for family {spec.family!r}; choose one of {', '.join(FAMILY_ROWS)}")
         if spec.family != "ar" and spec.mask_token_id is None:
@@ -81,12 +86,13 @@ class DecodeEngine:
             raise ValueError(f"max_rows and max_len must be >= 1, got {max_rows} and {max_len}")
         self.spec, self.max_rows, self.max_len = spec, max_rows, max_len
         self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
-        self.net = StaticModel(model, rows=max_rows, capacity=max_len + capacity_slack(spec), attention=attention)
+        self.net = StaticModel(model, rows=max_rows, capacity=max_len + capacity_slack(spec), attention=attention,
+                               fused=fused)
         if cuda_graphs is None:
             cuda_graphs = self.net.device.type == "cuda" and not _has_experts(model)
         self.forward = GraphedForward(self.net, enabled=cuda_graphs)
         self._keys: list[Hashable | None] = [None] * max_rows
-        self._joining: list[tuple[int, list[int], int]] = []
+        self._joining: list[tuple[int, list[int], int, DecodeSettings]] = []
         self._settings: DecodeSettings | None = None
         self._rows: Any = None
         self.stats = EngineStats()
@@ -102,8 +108,18 @@ class DecodeEngine:
         return self.max_rows - self.num_active
 
     def compatible(self, settings: DecodeSettings) -> bool:
-        """Can a request with ``settings`` join the rows running now (none run, or theirs are equal)."""
-        return self.num_active == 0 or settings.batch_key() == self._settings.batch_key()
+        """Can a request with ``settings`` join the rows running now.
+
+        Yes when none run, or when it has their step structure (:meth:`DecodeSettings.step_key`: its own
+        sampling settings and ``max_tokens`` may differ); a seeded request, or rows running under a seed, also
+        need equal sampling settings (:meth:`DecodeSettings.batch_key`), as they draw from one generator.
+        """
+        if self.num_active == 0:
+            return True
+        running = self._settings
+        if settings.step_key() != running.step_key():   # the seed is part of it: seeded and unseeded never mix
+            return False
+        return settings.seed is None or settings.batch_key() == running.batch_key()
 
     def admit(self, key: Hashable, prompt: Sequence[int], settings: DecodeSettings, max_tokens: int) -> None:
         """Give a request a row; it is prefilled and decodes from the next :meth:`step`.
@@ -121,14 +137,15 @@ class DecodeEngine:
             raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) must be within the "
                              f"engine's max_len {self.max_len} (and max_tokens >= 1)")
         if not self.compatible(settings):
-            raise ValueError("settings differ from the running rows'; wait until they drain (compatible())")
+            raise ValueError("settings differ from the running rows' step structure (diffusion settings or seed); "
+                             "wait until they drain (compatible())")
         slot = next((i for i, k in enumerate(self._keys) if k is None), None)
         if slot is None:
             raise EngineFull(f"all {self.max_rows} rows are decoding")
         if self.num_active == 0:
             self._start(settings)
         self._keys[slot] = key
-        self._joining.append((slot, list(prompt), max_tokens))
+        self._joining.append((slot, list(prompt), max_tokens, settings))
 
     def cancel(self, key: Hashable) -> None:
         """Stop decoding ``key`` (its client went away); unknown keys are ignored."""
@@ -145,7 +162,8 @@ class DecodeEngine:
         self._settings, self._rows = None, None
 
     def _start(self, settings: DecodeSettings) -> None:
-        """New running settings: the family's row state for them (the cache and graphs stay)."""
+        """A new step structure (``settings``'s; the rows bring their own sampling settings): the family's row
+        state for it (the cache and graphs stay)."""
         self._settings = settings
         gen = None
         if settings.seed is not None:
@@ -161,10 +179,10 @@ class DecodeEngine:
         """Prefill the rows admitted since the last step, then decode one unit for every row."""
         news = []
         if self._joining:
-            slots, prompts, budgets = (list(x) for x in zip(*self._joining))
+            slots, prompts, budgets, settings = (list(x) for x in zip(*self._joining))
             self._joining = []
             started = time.perf_counter()
-            news += self._rows.join(slots, prompts, budgets)   # AR: the prefill gives each row a token
+            news += self._rows.join(slots, prompts, budgets, settings)   # AR: the prefill gives each row a token
             self._sync()
             self.stats.prefill_s += time.perf_counter() - started
         if self._rows is not None and self._rows.active:

@@ -4,6 +4,12 @@ A family's row state lives in tensors of ``max_rows`` rows on the model's device
 (the slot a request holds). A forward runs rows ``0..B-1`` where ``B`` is the row bucket covering the
 highest active row (:func:`~textwm.generation.engine.graphs.row_bucket`); inactive rows in it compute
 garbage that is never read (they write only into their own, free, cache rows).
+
+The rows share the structure of a step (``ctx.settings``: block length, steps, strategy, window, ...;
+:meth:`DecodeSettings.step_key`) and each samples by its own request's settings: temperature, top-k, top-p
+and repetition penalty live in ``[max_rows]`` tensors set when a row joins (:meth:`Rows.start_rows`); the
+host keeps which of them the active rows use (:meth:`Rows.sampling`), so an all-greedy step stays one argmax.
+The repetition-penalty table ``seen`` is ``[max_rows, V]`` while some active row penalises, else ``[max_rows, 1]``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import torch
 from textwm.generation.base import Generation
 from textwm.generation.engine.graphs import GraphedForward, row_bucket
 from textwm.generation.engine.static_model import StaticModel
+from textwm.generation.sampling import RowParams
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
 
@@ -27,6 +34,9 @@ Update = tuple[int, list[int], "Generation | None"]
 
 @dataclass
 class RowsContext:
+    """What a family's row state is built with; ``settings`` gives the step structure (its sampling knobs are
+    not used: each row brings its own to :meth:`Rows.join`)."""
+
     net: StaticModel
     forward: GraphedForward
     spec: ModelSpec
@@ -36,7 +46,10 @@ class RowsContext:
 
 
 class Rows:
-    """Base of the family row states: the active rows, their outputs and forward counts."""
+    """Base of the family row states: the active rows, their outputs, forward counts and sampling settings."""
+
+    #: Whether the family applies a repetition penalty (WeDLM's upstream has none).
+    applies_penalty = True
 
     def __init__(self, ctx: RowsContext):
         s = ctx.settings
@@ -51,11 +64,18 @@ class Rows:
         self.forwards: dict[int, int] = {}
         self.stop_ids = torch.tensor(ctx.spec.stop_ids or (), dtype=torch.long, device=self.device)
         self.stop_set = set(ctx.spec.stop_ids or ())
-        penalize = ctx.settings.repetition_penalty != 1.0
-        self.penalize = penalize
-        #: [rows, V] (or [rows, 1] unused) tokens a row's repetition penalty applies to.
-        self.seen = torch.zeros((self.max_rows, ctx.net.vocab_size if penalize else 1), dtype=torch.bool,
-                                device=self.device)
+        n, dev = self.max_rows, self.device
+        #: Per-row sampling settings [rows] (a free row holds the greedy defaults).
+        self.temperature = torch.zeros(n, dtype=torch.float32, device=dev)
+        self.top_k = torch.zeros(n, dtype=torch.long, device=dev)
+        self.top_p = torch.ones(n, dtype=torch.float32, device=dev)
+        self.penalty = torch.ones(n, dtype=torch.float32, device=dev)
+        #: The active rows' own settings, and those of them whose repetition penalty is on.
+        self.row_settings: dict[int, DecodeSettings] = {}
+        self.penalised: set[int] = set()
+        #: [rows, V] tokens a row's repetition penalty applies to; [rows, 1] while no active row penalises.
+        self.seen = torch.zeros((n, 1), dtype=torch.bool, device=dev)
+        self._flags = RowParams.flags([])
 
     def bucket(self) -> tuple[int, torch.Tensor]:
         """``B`` and ``active [B]`` bool: the rows a forward runs now and which of them decode."""
@@ -64,12 +84,46 @@ class Rows:
         active[sorted(self.active)] = True
         return b, active.to(self.device)
 
-    def start_rows(self, slots: list[int]) -> None:
-        for s in slots:
-            self.active.add(s)
-            self.outputs[s] = []
-            self.forwards[s] = 0
-            self.seen[s] = False
+    @property
+    def penalize(self) -> bool:
+        """Whether some active row's repetition penalty is on (families without one never set it)."""
+        return bool(self.penalised)
+
+    def start_rows(self, slots: list[int], settings: list[DecodeSettings]) -> None:
+        """Rows ``slots`` start, each with its request's ``settings`` (their step keys must be the running one)."""
+        key = self.settings.step_key()
+        for slot, st in zip(slots, settings, strict=True):
+            if st.step_key() != key:
+                raise ValueError(f"row {slot}: its settings {st} differ from the running rows' step structure "
+                                 f"{self.settings}; DecodeEngine.compatible() should have kept it waiting")
+        for slot, st in zip(slots, settings):
+            self.active.add(slot)
+            self.outputs[slot] = []
+            self.forwards[slot] = 0
+            self.row_settings[slot] = st
+            if self.applies_penalty and st.repetition_penalty != 1.0:
+                self.penalised.add(slot)
+        idx = torch.tensor(slots, device=self.device)
+        values = torch.tensor([[st.temperature, st.top_k if st.temperature > 0 else 0,
+                                st.top_p if st.temperature > 0 else 1.0,
+                                st.repetition_penalty if slot in self.penalised else 1.0]
+                               for slot, st in zip(slots, settings)], dtype=torch.float64).to(self.device)  # one copy
+        self.temperature[idx], self.top_p[idx], self.penalty[idx] = (values[:, i].float() for i in (0, 2, 3))
+        self.top_k[idx] = values[:, 1].long()
+        if self.penalize and self.seen.shape[1] == 1:
+            self.seen = torch.zeros((self.max_rows, self.ctx.net.vocab_size), dtype=torch.bool, device=self.device)
+        elif self.seen.shape[1] > 1:
+            self.seen[idx] = False
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Recompute the host-side facts about the active rows' sampling settings."""
+        self._flags = RowParams.flags([(st.temperature, st.top_k, st.top_p) for st in self.row_settings.values()])
+
+    def sampling(self, b: int) -> RowParams:
+        """The sampling settings of rows ``0..b-1`` (device tensors; flags from the active rows)."""
+        return RowParams(temperature=self.temperature[:b], top_k=self.top_k[:b], top_p=self.top_p[:b],
+                         **self._flags)
 
     def count_forward(self, rows: Any = None) -> None:
         for s in (self.active if rows is None else rows):
@@ -81,7 +135,18 @@ class Rows:
         self.active.discard(slot)
         self.outputs.pop(slot, None)
         self.reset(slot)
+        self._free_sampling(slot)
         return result
+
+    def _free_sampling(self, slot: int) -> None:
+        """Back to the greedy defaults; the ``seen`` table shrinks when the last penalised row leaves."""
+        self.row_settings.pop(slot, None)
+        self.penalised.discard(slot)
+        for table, rest in ((self.temperature, 0.0), (self.top_k, 0), (self.top_p, 1.0), (self.penalty, 1.0)):
+            table[slot:slot + 1].fill_(rest)       # a kernel with the value as its argument: no host copy
+        if not self.penalised and self.seen.shape[1] > 1:
+            self.seen = torch.zeros((self.max_rows, 1), dtype=torch.bool, device=self.device)
+        self._refresh()
 
     def leave(self, slot: int) -> None:
         """The request in ``slot`` was cancelled."""
@@ -92,5 +157,6 @@ class Rows:
         """Return a freed row's state to rest (families override)."""
 
     def mark_seen(self, slot: int, tokens: list[int]) -> None:
-        if self.penalize and tokens:
+        """``tokens`` now count for the repetition penalty of ``slot`` (rows without one keep no table)."""
+        if slot in self.penalised and tokens:
             self.seen[slot, torch.tensor(tokens, device=self.device)] = True

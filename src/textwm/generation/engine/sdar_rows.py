@@ -16,6 +16,10 @@ stopping) are called here, so the two paths cannot drift. What differs is the la
   rules) or until every row's block is unmasked (lmdeploy rules); the rows are in step within the block,
   which the ``generate`` schedule needs (a step's transfer count is the same for all rows). New rows join
   between blocks.
+
+Each row samples by its own request's temperature, top-k, top-p and repetition penalty
+(:func:`~textwm.generation.sampling.sample_rows`, :func:`~textwm.generation.sdar_lmdeploy.lmdeploy_sample_rows`);
+the rest of the settings is the rows' common step structure.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ import torch
 from textwm.generation.base import Generation
 from textwm.generation.engine.rows import Rows, RowsContext, Update
 from textwm.generation.remasking import select_transfer, transfer_schedule
-from textwm.generation.sampling import apply_repetition_penalty, entropy, sample
+from textwm.generation.sampling import apply_repetition_penalty, entropy, sample_rows
 from textwm.generation.sdar_lmdeploy import (
     block_stops,
     check_lmdeploy_settings,
     denoise_num,
     finish_lmdeploy,
-    lmdeploy_sample,
+    lmdeploy_sample_rows,
     lmdeploy_unmask,
 )
+from textwm.generation.settings import DecodeSettings
 
 
 class SDARRows(Rows):
@@ -66,9 +71,10 @@ class SDARRows(Rows):
 
     # --- rows joining and leaving -----------------------------------------------------------------------
 
-    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
+             settings: list[DecodeSettings]) -> list[Update]:
         blk, dev = self.blk, self.device
-        self.start_rows(slots)
+        self.start_rows(slots, settings)
         full = [len(p) // blk * blk for p in prompts]
         pre = [i for i, f in enumerate(full) if f > 0]
         if pre:
@@ -141,10 +147,10 @@ class SDARRows(Rows):
         s, block = self.settings, self.block[:b]
         if self.penalize:
             filled = torch.zeros_like(self.seen[:b]).scatter_(1, block, ~is_mask)
-            logits = apply_repetition_penalty(logits, self.seen[:b] | filled, s.repetition_penalty)
+            logits = apply_repetition_penalty(logits, self.seen[:b] | filled, self.penalty[:b])
         logits[..., self.mask_id] = float("-inf")
-        flat = sample(logits.reshape(-1, logits.shape[-1]), temperature=s.temperature, top_k=s.top_k,
-                      top_p=s.top_p, generator=self.ctx.generator)
+        flat = sample_rows(logits.reshape(-1, logits.shape[-1]), self.sampling(b).repeat(self.blk),
+                           generator=self.ctx.generator)
         tokens, confidence = flat.tokens.view(block.shape), flat.confidence.view(block.shape)
         ent = entropy(flat.probs).view(block.shape) if s.remasking_strategy == "entropy_bounded" else None
         k = torch.clamp(is_mask.sum(dim=-1), max=step_k)
@@ -156,9 +162,10 @@ class SDARRows(Rows):
 
     def _unmask_lmdeploy(self, logits: torch.Tensor, masked: torch.Tensor, b: int) -> None:
         """One unmasking forward under lmdeploy's rules (:func:`generate_lmdeploy`)."""
-        s = self.settings
-        tokens, confidence = lmdeploy_sample(logits, s, penalized=self.seen[:b] if self.penalize else None,
-                                             generator=self.ctx.generator)
+        s, penalize = self.settings, self.penalize
+        tokens, confidence = lmdeploy_sample_rows(logits, self.sampling(b), penalty=self.penalty[:b] if penalize
+                                                  else None, penalized=self.seen[:b] if penalize else None,
+                                                  generator=self.ctx.generator)
         new = lmdeploy_unmask(s.remasking_strategy, masked, confidence, num=self.num,
                               threshold=s.confidence_threshold)
         self.block[:b] = torch.where(new, tokens, self.block[:b])

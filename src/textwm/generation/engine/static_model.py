@@ -14,20 +14,30 @@ A forward first writes its own K/V, then attends, so a query sees the keys of it
 limit admits. Columns past a row's limit may hold anything (an earlier scratch forward, another request):
 they are never read.
 
-The forward reuses the checkpoint's own modules (embedding, norms, projections, q/k norms, MLP or MoE,
-RoPE, head) layer by layer, so it computes what transformers' Qwen2/Qwen3-style decoder computes; only the
-cache and the attention call are ours. It is a pure function of its inputs and of the cache columns its
+The forward computes what transformers' Qwen2/Qwen3-style decoder computes, with the checkpoint's own
+embedding, RoPE and head; the layers run either fused (:class:`~textwm.generation.engine.fused_layers.FusedLayers`:
+one GEMM for q/k/v and one for gate/up, the elementwise work compiled into a few kernels) or through the
+checkpoint's modules (:class:`~textwm.generation.engine.fused_layers.ModuleLayers`: MoE and other layers the
+fused path does not reproduce). Only the cache and the attention call are ours. It is a pure function of its inputs and of the cache columns its
 limits admit, and it writes only ``cols``: running it twice on the same inputs changes nothing, which is
 what CUDA-graph capture (:mod:`textwm.generation.engine.graphs`) relies on.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+from textwm.generation.engine.fused_layers import FusedLayers, ModuleLayers, NotFusable, check_fusable
+from textwm.generation.engine.limited_attention import limited_attention, supports
+
+log = logging.getLogger(__name__)
+
+#: The decode forward's attention implementations (:class:`StaticModel`).
+ATTENTIONS = ("auto", "limited", "sdpa", "grouped")
 
 #: Prefill at most this many tokens (rows x prompt length) per forward, to bound activation memory.
 PREFILL_TOKENS = 16384
@@ -57,15 +67,23 @@ class StaticModel:
     """A loaded causal LM plus a static KV cache of ``rows`` rows of ``capacity`` columns.
 
     Args:
-        attention: ``"sdpa"`` (``scaled_dot_product_attention`` with grouped KV heads and the visibility
-            mask) or ``"grouped"`` (two batched matmuls on the query heads grouped by their KV head,
-            softmax in float32); both read each KV head once, never a repeated copy.
+        attention: ``"limited"`` (:func:`~textwm.generation.engine.limited_attention.limited_attention`: a
+            Triton kernel that reads the per-query limits, no mask), ``"sdpa"``
+            (``scaled_dot_product_attention`` with grouped KV heads and the visibility mask ``[B, 1, Q, T]``),
+            ``"grouped"`` (two batched matmuls on the query heads grouped by their KV head, softmax in float32,
+            each KV head read once), or ``"auto"``: limited where the kernel runs (CUDA, Triton, bf16/fp16/fp32),
+            else SDPA.
+        fused: run the layers fused (``True``; raises :class:`~textwm.generation.engine.fused_layers.NotFusable`
+            if they are not Qwen2/Qwen3 dense layers), through their modules (``False``), or fused when
+            possible (``None``). Fusing rebinds the q/k/v and gate/up weights as views of concatenated
+            tensors (same values, no extra memory).
     """
 
-    def __init__(self, model: Any, *, rows: int, capacity: int, attention: str = "sdpa"):
+    def __init__(self, model: Any, *, rows: int, capacity: int, attention: str = "auto",
+                 fused: bool | None = None):
         check_architecture(model)
-        if attention not in ("sdpa", "grouped"):
-            raise ValueError(f"attention must be sdpa or grouped, got {attention!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
         self.model, self.inner = model, model.model
         self.layers = list(self.inner.layers)
         config = model.config
@@ -74,7 +92,9 @@ class StaticModel:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.rows, self.capacity, self.attention = rows, capacity, attention
+        self.rows, self.capacity = rows, capacity
+        self.attention = _resolve_attention(attention, param, self.head_dim)
+        self.layer_math = _layer_math(model, fused, n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim)
         shape = (rows, self.n_kv, capacity, self.head_dim)
         # Zeros, not empty: a NaN bit pattern in a column no query reads is harmless in the matmul path,
         # but masked SDPA kernels multiply by zero weights, and 0 * NaN is NaN.
@@ -85,25 +105,12 @@ class StaticModel:
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
-    def _qkv(self, layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """``q [B, H, Q, D]``, ``k, v [B, H_kv, Q, D]`` of ``x [B, Q, hidden]`` (as the HF attention layer)."""
-        attn = layer.self_attn
-        shape = (*x.shape[:2], -1, self.head_dim)
-        q, k = attn.q_proj(x).view(shape), attn.k_proj(x).view(shape)
-        if hasattr(attn, "q_norm"):   # Qwen3 (WeDLM without qk_norm holds identities)
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-        return q, k, v
-
-    def _finish_layer(self, layer: Any, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        """Residual + o_proj of the attention output ``o [B, H, Q, D]``, then the MLP block."""
-        h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(*h.shape[:2], -1))
-        return h + layer.mlp(layer.post_attention_layernorm(h))
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor,
-                scale: float) -> torch.Tensor:
-        """``q [B, H, Q, D]`` over ``k, v [B, H_kv, T, D]`` where ``visible [B, 1, Q, T]``: ``[B, H, Q, D]``."""
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, limits: torch.Tensor,
+                visible: torch.Tensor | None, scale: float) -> torch.Tensor:
+        """``q [B, H, Q, D]`` over ``k, v [B, H_kv, T, D]`` where ``limits [B, Q]`` (``visible [B, 1, Q, T]``,
+        the same rule as a mask, for the SDPA and grouped paths): ``[B, H, Q, D]``."""
+        if self.attention == "limited":
+            return limited_attention(q, k, v, limits, scale=scale)
         if self.attention == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale,
                                                   enable_gqa=self.n_heads != self.n_kv)
@@ -131,16 +138,20 @@ class StaticModel:
         b, nq = ids.shape
         h = self.inner.embed_tokens(ids)
         cos, sin = self.inner.rotary_emb(h, positions)
-        visible = torch.arange(kv_len, device=ids.device)[None, None, None, :] < limits[:, None, :, None]
+        visible = None if self.attention == "limited" else \
+            torch.arange(kv_len, device=ids.device)[None, None, None, :] < limits[:, None, :, None]
         index = cols[:, None, :, None].expand(b, self.n_kv, nq, self.head_dim)
+        math = self.layer_math
+        x = math.input_norm(h)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, layer.input_layernorm(h), cos, sin)
+            q, k, v = math.qkv_of(i, x, cos, sin)                    # [B, Q, heads, D]
             keys, values = self.keys[i][:b], self.values[i][:b]
-            keys.scatter_(2, index, k)
-            values.scatter_(2, index, v)
-            o = self._attend(q, keys[:, :, :kv_len], values[:, :, :kv_len], visible, layer.self_attn.scaling)
-            h = self._finish_layer(layer, h, o)
-        return self.model.lm_head(self.inner.norm(h[:, logits_from:]))
+            keys.scatter_(2, index, k.transpose(1, 2))
+            values.scatter_(2, index, v.transpose(1, 2))
+            o = self._attend(q.transpose(1, 2), keys[:, :, :kv_len], values[:, :, :kv_len], limits, visible,
+                             layer.self_attn.scaling)
+            h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))   # x: the next layer's (or final) norm
+        return self.model.lm_head(x[:, logits_from:])
 
     def prefill(self, slots: torch.Tensor, prompts: list[list[int]], *, block: int | None = None,
                 pad_id: int = 0) -> torch.Tensor:
@@ -169,12 +180,39 @@ class StaticModel:
         h = self.inner.embed_tokens(ids)
         cos, sin = self.inner.rotary_emb(h, col[None, :].expand(len(prompts), -1))
         mask = None if block is None else (col[:, None] // block >= col[None, :] // block)
+        math = self.layer_math
+        x = math.input_norm(h)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, layer.input_layernorm(h), cos, sin)
+            q, k, v = (t.transpose(1, 2) for t in math.qkv_of(i, x, cos, sin))   # [n, heads, width, D]
             self.keys[i][slots, :, :width] = k
             self.values[i][slots, :, :width] = v
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                scale=layer.self_attn.scaling, enable_gqa=self.n_heads != self.n_kv)
-            h = self._finish_layer(layer, h, o)
+            h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
-        return self.model.lm_head(self.inner.norm(h[torch.arange(len(prompts), device=self.device), last]))
+        return self.model.lm_head(x[torch.arange(len(prompts), device=self.device), last])
+
+
+def _layer_math(model: Any, fused: bool | None, **shape: int) -> FusedLayers | ModuleLayers:
+    """The fused layers when asked (``True``: raise if the layers are not fusable) or when possible (``None``),
+    else the modules'."""
+    if fused is False:
+        return ModuleLayers(model, **shape)
+    try:
+        check_fusable(model)
+    except NotFusable as e:
+        if fused:
+            raise
+        log.info("decode engine: unfused layers (%s)", e)
+        return ModuleLayers(model, **shape)
+    return FusedLayers(model, **shape)
+
+
+def _resolve_attention(attention: str, param: torch.Tensor, head_dim: int) -> str:
+    """``attention`` with ``"auto"`` decided; ``"limited"`` where the kernel cannot run is an error."""
+    unsupported = supports(param, head_dim)
+    if attention == "limited" and unsupported:
+        raise ValueError(f"attention=limited cannot run here: {unsupported}; use auto, sdpa or grouped")
+    if attention == "auto":
+        return "sdpa" if unsupported else "limited"
+    return attention

@@ -14,6 +14,9 @@ for every row at once:
 * the run is committed (cache length += run; output by :func:`commit_run`), the masks are scored on the
   raw logits (entropy + position penalty < threshold, else the single lowest) and filled, and the window
   shifts by the run.
+
+Each row draws by its own request's temperature, top-k and top-p
+(:func:`~textwm.generation.sampling.sample_filter_first_rows`); no repetition penalty (upstream has none).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import torch
 
 from textwm.generation.base import Generation
 from textwm.generation.engine.rows import Rows, RowsContext, Update
-from textwm.generation.sampling import logits_entropy, sample_filter_first
+from textwm.generation.sampling import logits_entropy, sample_filter_first_rows
+from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import commit_run
 
 #: A forward's width (window + refill) is rounded up to a multiple of this (capped at 2W).
@@ -31,6 +35,8 @@ WIDTH_STEP = 4
 
 class WeDLMRows(Rows):
     """Row state: window tokens and filled flags ``[rows, W]``, committed cache length, budget."""
+
+    applies_penalty = False
 
     def __init__(self, ctx: RowsContext):
         super().__init__(ctx)
@@ -41,8 +47,9 @@ class WeDLMRows(Rows):
         self.length = torch.zeros(n, dtype=torch.long, device=dev)     # prompt + committed tokens
         self.budgets: dict[int, int] = {}
 
-    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int]) -> list[Update]:
-        self.start_rows(slots)
+    def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
+             settings: list[DecodeSettings]) -> list[Update]:
+        self.start_rows(slots, settings)
         idx = torch.tensor(slots, device=self.device)
         self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)
         self.count_forward(slots)
@@ -61,7 +68,7 @@ class WeDLMRows(Rows):
 
     def step(self) -> list[Update]:
         b, active = self.bucket()
-        s, w, dev = self.settings, self.w, self.device
+        w, dev = self.w, self.device
         filled = self.filled[:b] & active[:, None]
         run = filled.long().cumprod(dim=1).sum(dim=1)                               # [b] leading filled run
         q = self._width(run)
@@ -84,8 +91,8 @@ class WeDLMRows(Rows):
         raw = logits[r, f]
         slot_of = order[r, f]                                                       # window index of each
         tokens = torch.full((b, q), self.ctx.pad_id, dtype=torch.long, device=dev)
-        tokens[r, slot_of] = sample_filter_first(raw, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                                                 generator=self.ctx.generator).tokens
+        tokens[r, slot_of] = sample_filter_first_rows(raw, self.sampling(b).take(r),
+                                                      generator=self.ctx.generator).tokens
         ent = torch.full((b, q), float("inf"), device=dev)
         ent[r, slot_of] = logits_entropy(raw)
         chosen = self._choose(ent, valid & ~ext_fill & active[:, None], idx)
