@@ -2,15 +2,21 @@
 server, and the same requests sent directly to the server; for each backend named (the native server and,
 side by side on the same checkpoint, prompts and settings, lmdeploy).
 
-Reports per backend: requests/s, generated tokens/s (from the answers' usage), latency percentiles, the
-latency the proxy adds (proxy path minus direct path) and failures (must be 0); with two backends, the share
-of requests whose greedy texts are equal. Requests mix state lengths (``--state-words``) and ``max_tokens``
-(``--max-tokens MIN MAX``), drawn with a fixed seed.
+Reports per backend and path (``--paths``: direct chat requests, the same streamed, WM payloads through the
+proxy): requests/s, generated tokens/s (from the answers' usage), latency percentiles, the mean prompt length,
+the latency the proxy adds (proxy path minus direct path) and failures (must be 0); for the native server also
+its decode steps/s, rows per step and the share of the wall spent in the decoder (from its ``/metrics``); with
+two backends, the share of requests whose greedy texts are equal. Requests mix state lengths
+(``--state-words``) and ``max_tokens`` (``--max-tokens MIN MAX``), drawn with a fixed seed. The load client
+keeps one HTTP/1.1 connection per concurrent client (:class:`Connection`): httpx's pool was the bottleneck
+at 64 connections.
 
 Starts its own servers and proxy on free loopback ports (a tiny random SDAR model unless --model-path is
 given) and stops them at the end.
 
     python scripts/bench_wm_stack.py --requests 1000 --concurrency 64                                  # CPU
+    python scripts/bench_wm_stack.py --model-path runs/tiny_ar --requests 512 --concurrency 64 --max-tokens 64 64 \
+        --state-words 150 210 --max-model-len 1024 --paths direct stream          # host overhead, ~300-token prompts
     python scripts/bench_wm_stack.py --model-path runs/sdar --device cuda --requests 512 --concurrency 64 \\
         --max-tokens 64 64 --max-batch-size 64 --backends native lmdeploy --dllm-block-length 4 \\
         --dllm-denoising-steps 1
@@ -25,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -50,27 +57,90 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection of the load client, written out here: httpx's connection pool spends
+    O(connections) per request on bookkeeping (``_assign_requests_to_connections``), and at 64 connections the
+    client, not the server, became the bottleneck (py-spy on the client, 2 CPU cores: 86% of its time there)."""
+
+    def __init__(self, url: str):
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port, self.path = parts.hostname, parts.port, parts.path or "/"
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, body: dict) -> tuple[int, bytes]:
+        """POST ``body`` as JSON; the status and the whole response body (chunked or not)."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        data = json.dumps(body).encode()
+        self.writer.write(f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        status = int((await self.reader.readline()).split()[1])
+        headers = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            key, _, value = line.decode("latin-1").partition(":")
+            headers[key.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding") == "chunked":
+            parts = []
+            while size := int((await self.reader.readline()).split(b";")[0], 16):
+                parts.append(await self.reader.readexactly(size))
+                await self.reader.readexactly(2)
+            await self.reader.readline()
+            payload = b"".join(parts)
+        else:
+            payload = await self.reader.readexactly(int(headers.get("content-length", 0)))
+        if headers.get("connection") == "close":
+            self.close()
+        return status, payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def joined_stream(payload: bytes) -> dict:
+    """A streamed chat answer joined into the plain answer's shape (text, finish reason, usage)."""
+    text, reason, usage = [], None, None
+    for line in payload.decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise ValueError(f"error event: {chunk['error']}")
+        usage = chunk.get("usage") or usage
+        for c in chunk["choices"]:
+            text.append(c["delta"].get("content") or "")
+            reason = c.get("finish_reason") or reason
+    return {"choices": [{"message": {"content": "".join(text)}, "finish_reason": reason}], "usage": usage}
+
+
 async def fire(url: str, bodies: list[dict], concurrency: int):
-    """POST every body at ``concurrency``; returns latencies, failures, wall seconds, answers (by index)."""
-    gate = asyncio.Semaphore(concurrency)
+    """POST every body at ``concurrency`` (one connection per client); returns latencies, failures, wall
+    seconds, answers (by index). A body with ``stream: true`` is read as server-sent events (its answer: the
+    joined text and the usage)."""
     latencies, failures, answers = [], [], [None] * len(bodies)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        async def one(i, body):
-            async with gate:
-                start = time.perf_counter()
-                try:
-                    r = await client.post(url, json=body)
-                    if r.status_code == 200:
-                        latencies.append(time.perf_counter() - start)
-                        answers[i] = r.json()
-                    else:
-                        failures.append(f"HTTP {r.status_code}: {r.text[:100]}")
-                except httpx.HTTPError as exc:
-                    failures.append(f"{type(exc).__name__}: {exc}")
-        started = time.perf_counter()
-        await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
-        return latencies, failures, time.perf_counter() - started, answers
+    todo = iter(enumerate(bodies))
+
+    async def client() -> None:
+        conn = Connection(url)
+        for i, body in todo:
+            start = time.perf_counter()
+            try:
+                status, payload = await asyncio.wait_for(conn.post(body), 600)
+                if status != 200:
+                    failures.append(f"HTTP {status}: {payload[:100]!r}")
+                    continue
+                answers[i] = joined_stream(payload) if body.get("stream") else json.loads(payload)
+                latencies.append(time.perf_counter() - start)
+            except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+                conn.close()
+        conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return latencies, failures, time.perf_counter() - started, answers
 
 
 def pct(values: list[float], q: int) -> float:
@@ -102,22 +172,49 @@ def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedPro
     return process, spec
 
 
+def engine_counters(port: int) -> dict[str, float]:
+    """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    names = {"decode_steps_total": "steps", "step_rows_total": "rows", "decode_seconds_total": "decode_s"}
+    out = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].removeprefix("textwm_")
+        if name in names:
+            out[names[name]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def chat_bodies(inputs: list[dict], stream: bool) -> list[dict]:
+    bodies = [{"model": "bench-wm", "max_tokens": x["max_tokens"], "temperature": 0,
+               "chat_template_kwargs": {"enable_thinking": False},
+               "messages": [{"role": "system", "content": SYSTEM},
+                            {"role": "user", "content": wm_user_message(x["state"], x["action"])}]}
+              for x in inputs]
+    if stream:
+        for b in bodies:
+            b.update(stream=True, stream_options={"include_usage": True})
+    return bodies
+
+
 def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -> dict:
     server, spec = start_backend(backend, model, args, tmp)
     proxy = ManagedProcess(f"proxy-{backend}", tmp)
+    chat = f"http://127.0.0.1:{spec.port}/v1/chat/completions"
+    runs, counters = {}, {}
     try:
-        proxy.start(proxy_command(proxy_port := free_port(), f"http://127.0.0.1:{spec.port}"))
-        proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
-        direct = [{"model": "bench-wm", "max_tokens": x["max_tokens"], "temperature": 0,
-                   "chat_template_kwargs": {"enable_thinking": False},
-                   "messages": [{"role": "system", "content": SYSTEM},
-                                {"role": "user", "content": wm_user_message(x["state"], x["action"])}]}
-                  for x in inputs]
-        chat = f"http://127.0.0.1:{spec.port}/v1/chat/completions"
-        asyncio.run(fire(chat, direct[:2 * args.concurrency], args.concurrency))           # warm-up
-        runs = {"direct": asyncio.run(fire(chat, direct, args.concurrency)),
-                "proxy": asyncio.run(fire(f"http://127.0.0.1:{proxy_port}/", [{"input": x} for x in inputs],
-                                          args.concurrency))}
+        if "proxy" in args.paths:
+            proxy.start(proxy_command(proxy_port := free_port(), f"http://127.0.0.1:{spec.port}"))
+            proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
+        asyncio.run(fire(chat, chat_bodies(inputs[:2 * args.concurrency], False), args.concurrency))   # warm-up
+        for path in args.paths:
+            before = engine_counters(spec.port) if backend == "native" else {}
+            if path == "proxy":
+                runs[path] = asyncio.run(fire(f"http://127.0.0.1:{proxy_port}/", [{"input": x} for x in inputs],
+                                              args.concurrency))
+            else:
+                runs[path] = asyncio.run(fire(chat, chat_bodies(inputs, path == "stream"), args.concurrency))
+            if before:
+                counters[path] = {k: v - before[k] for k, v in engine_counters(spec.port).items()}
     finally:
         proxy.stop()
         server.stop()
@@ -125,17 +222,29 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
     for name, (lat, failures, secs, answers) in runs.items():
         usage = [a.get("usage") or {} for a in answers if a is not None]
         tokens = sum(u.get("completion_tokens", 0) for u in usage)
+        prompt = sum(u.get("prompt_tokens", 0) for u in usage) / max(len(usage), 1)
         report[name] = {"ok": len(lat), "failed": len(failures), "first_failures": failures[:3],
                         "requests_per_s": len(lat) / secs, "generated_tokens_per_s": tokens / secs,
+                        "mean_prompt_tokens": prompt,
                         "p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90), "p99_ms": pct(lat, 99), "seconds": secs}
+        steps = ""
+        if name in counters and counters[name]["steps"]:
+            c = counters[name]
+            report[name].update(engine_steps_per_s=c["steps"] / secs, rows_per_step=c["rows"] / c["steps"],
+                                decoder_share=c["decode_s"] / secs)
+            steps = (f", {c['steps'] / secs:6.1f} steps/s ({c['rows'] / c['steps']:4.1f} rows, decoder "
+                     f"{100 * c['decode_s'] / secs:3.0f}% of the wall)")
         print(f"{backend:8s} {name:6s}: {len(lat)}/{len(inputs)} ok, {len(failures)} failed, "
               f"{len(lat) / secs:7.1f} req/s, {tokens / secs:9.1f} tok/s, p50 {pct(lat, 50):7.1f} ms, "
-              f"p99 {pct(lat, 99):7.1f} ms", flush=True)
-    report["added_by_proxy_ms"] = {q: report["proxy"][f"{q}_ms"] - report["direct"][f"{q}_ms"] for q in ("p50", "p99")}
+              f"p99 {pct(lat, 99):7.1f} ms, prompt {prompt:.0f} tok{steps}", flush=True)
+    if "direct" in runs and "proxy" in runs:
+        report["added_by_proxy_ms"] = {q: report["proxy"][f"{q}_ms"] - report["direct"][f"{q}_ms"]
+                                       for q in ("p50", "p99")}
     # Texts of the direct path (the proxy refuses empty completions, which random weights often give).
+    first = next(p for p in ("direct", "stream", "proxy") if p in runs)
     report["texts"] = [None if a is None else (a["choices"][0]["message"].get("content") or "",
                                                a["choices"][0].get("finish_reason"))
-                       for a in runs["direct"][3]]
+                       for a in runs[first][3]]
     return report
 
 
@@ -148,6 +257,9 @@ def main() -> int:
     p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
     p.add_argument("--device", default="cpu", help="native server device")
     p.add_argument("--backends", nargs="+", default=["native"], choices=["native", "lmdeploy"])
+    p.add_argument("--paths", nargs="+", default=["direct", "proxy"], choices=["direct", "stream", "proxy"],
+                   help="direct: chat requests to the server; stream: the same with stream=true; proxy: WM payloads "
+                        "through the proxy (each after the other, after one warm-up)")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--dllm-block-length", type=int, default=None)
@@ -180,7 +292,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
-    return 0 if all(report[b]["direct"]["failed"] + report[b]["proxy"]["failed"] == 0 for b in args.backends) else 1
+    return 0 if all(report[b][path]["failed"] == 0 for b in args.backends for path in args.paths) else 1
 
 
 if __name__ == "__main__":

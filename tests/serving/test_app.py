@@ -193,3 +193,33 @@ def test_a_wedlm_checkpoint_is_served_with_its_streaming_decoder(tiny_wedlm_dir)
             assert r.status_code == 200, r.text
             forwards[threshold] = r.json()["usage"]["decoder_forwards"]
         assert forwards[1000.0] < forwards[0.0]
+
+
+def test_the_worker_runs_with_a_short_switch_interval_and_restores_the_interpreters(loaded):
+    import sys
+
+    from textwm.serving.engine import WORKER_SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    engine = _engine(loaded)
+    with TestClient(create_app(engine)) as c:
+        assert sys.getswitchinterval() == pytest.approx(min(WORKER_SWITCH_INTERVAL_S, before))
+        assert c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4}).status_code == 200
+    assert sys.getswitchinterval() == before
+
+
+def test_the_switch_interval_is_restored_when_the_last_of_several_workers_stops():
+    import sys
+
+    from textwm.serving.engine import WORKER_SWITCH_INTERVAL_S, _SwitchInterval
+
+    before, switch = sys.getswitchinterval(), _SwitchInterval()
+    try:
+        switch.acquire()
+        switch.acquire()                    # a second engine in the same process
+        switch.release()
+        assert sys.getswitchinterval() == pytest.approx(min(WORKER_SWITCH_INTERVAL_S, before))
+        switch.release()
+        assert sys.getswitchinterval() == before
+    finally:
+        sys.setswitchinterval(before)

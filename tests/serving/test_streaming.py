@@ -106,7 +106,7 @@ def test_a_row_cut_by_a_stop_string_gets_one_finish_even_if_tokens_still_come(to
     async def run():
         for event in (RowTokens(0, ids, None), RowTokens(1, ids[:2], None), RowTokens(0, ids[:2], None),
                       RowTokens(1, ids[2:], Generation(token_ids=ids, finish_reason="length"))):
-            sub.inbox.put_nowait(event)
+            sub.receive(event)
         return [d async for d in sub.deltas()]
 
     deltas = asyncio.run(run())

@@ -42,13 +42,9 @@ from textwm.serving.engine import (
 from textwm.serving.protocol import (
     ChatChoice,
     ChatChoiceMessage,
-    ChatChunkChoice,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionChoice,
-    CompletionChunk,
-    CompletionChunkChoice,
     CompletionRequest,
     CompletionResponse,
     ModelCard,
@@ -75,29 +71,57 @@ log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499
 
 
-class _ChatFormat:
-    """Chat completions' response and chunks (``chat.completion`` / ``chat.completion.chunk``)."""
+class _Format:
+    """A response's ids and its stream chunks as plain dicts (built per delta: no pydantic model per token).
 
-    def __init__(self, model: str, prepared: Prepared):
-        self.model, self.rows = model, len(prepared.prompts)
-        self.id, self.created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    A chunk has the fields and order of the protocol's chunk models (``ChatCompletionChunk`` /
+    ``CompletionChunk``); ``usage`` is null in every chunk with include_usage (OpenAI's rule), absent without.
+    """
 
-    def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
+    object = ""
+    prefix = ""
 
-    def opening(self) -> list[Any]:
-        """A ``{"role": "assistant", "content": ""}`` delta for every choice (what OpenAI and vLLM send first)."""
-        return [self._chunk([ChatChunkChoice(index=i, delta={"role": "assistant", "content": ""})])
-                for i in range(self.rows)]
+    def __init__(self, model: str, prepared: Prepared, include_usage: bool):
+        self.model, self.rows, self.include_usage = model, len(prepared.prompts), include_usage
+        self.id, self.created = f"{self.prefix}-{uuid.uuid4().hex[:24]}", int(time.time())
 
-    def chunk(self, delta: TextDelta) -> list[Any]:
-        out = [self._chunk([ChatChunkChoice(index=delta.index, delta={"content": delta.text})])] if delta.text else []
-        if delta.finish_reason is not None:
-            out.append(self._chunk([ChatChunkChoice(index=delta.index, delta={}, finish_reason=delta.finish_reason)]))
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+                 "choices": choices}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _choice(self, index: int, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def chunks(self, deltas: list[TextDelta]) -> list[dict[str, Any]]:
+        """The chunks of a batch of deltas: one with the text (if any), then one with the finish reason."""
+        out = []
+        for d in deltas:
+            if d.text:
+                out.append(self._chunk([self._choice(d.index, d.text, None)]))
+            if d.finish_reason is not None:
+                out.append(self._chunk([self._choice(d.index, None, d.finish_reason)]))
         return out
 
-    def usage_chunk(self, usage: Usage) -> Any:
-        return self._chunk([], usage)
+    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+        return {**self._chunk([]), "usage": usage.model_dump()}
+
+
+class _ChatFormat(_Format):
+    """Chat completions' response and chunks (``chat.completion`` / ``chat.completion.chunk``)."""
+
+    object, prefix = "chat.completion.chunk", "chatcmpl"
+
+    def _choice(self, index: int, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        delta = {} if text is None else {"content": text}
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def opening(self) -> list[dict[str, Any]]:
+        """A ``{"role": "assistant", "content": ""}`` delta for every choice (what OpenAI and vLLM send first)."""
+        return [self._chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None}]) for i in range(self.rows)]
 
     def response(self, texts: list[str], reasons: list[str], usage: Usage) -> Any:
         choices = [ChatChoice(index=i, message=ChatChoiceMessage(content=t), finish_reason=r)
@@ -106,28 +130,20 @@ class _ChatFormat:
                                       usage=usage)
 
 
-class _CompletionFormat:
+class _CompletionFormat(_Format):
     """Legacy completions' response and chunks (``text_completion``); with echo, a choice's prompt comes first."""
 
-    def __init__(self, model: str, prepared: Prepared):
-        self.model, self.echo = model, prepared.echo
-        self.id, self.created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    object, prefix = "text_completion", "cmpl"
 
-    def _chunk(self, choices: list[CompletionChunkChoice], usage: Usage | None = None) -> CompletionChunk:
-        return CompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, usage=usage)
+    def __init__(self, model: str, prepared: Prepared, include_usage: bool):
+        super().__init__(model, prepared, include_usage)
+        self.echo = prepared.echo
 
-    def opening(self) -> list[Any]:
-        return [self._chunk([CompletionChunkChoice(index=i, text=t)]) for i, t in enumerate(self.echo or []) if t]
+    def _choice(self, index: int, text: str | None, finish_reason: str | None) -> dict[str, Any]:
+        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
 
-    def chunk(self, delta: TextDelta) -> list[Any]:
-        out = [self._chunk([CompletionChunkChoice(index=delta.index, text=delta.text)])] if delta.text else []
-        if delta.finish_reason is not None:
-            out.append(self._chunk([CompletionChunkChoice(index=delta.index, text="",
-                                                          finish_reason=delta.finish_reason)]))
-        return out
-
-    def usage_chunk(self, usage: Usage) -> Any:
-        return self._chunk([], usage)
+    def opening(self) -> list[dict[str, Any]]:
+        return [self._chunk([self._choice(i, t, None)]) for i, t in enumerate(self.echo or []) if t]
 
     def response(self, texts: list[str], reasons: list[str], usage: Usage) -> Any:
         echo = self.echo or [""] * len(texts)
@@ -153,14 +169,6 @@ def _error_status(exc: BaseException) -> tuple[int, str, str]:
     return 500, f"decoding failed: {exc}", "server_error"
 
 
-def _dump(chunk: Any, include_usage: bool) -> dict[str, Any]:
-    """A chunk as JSON data: ``usage`` is null in every chunk with include_usage (OpenAI's rule), absent without."""
-    data = chunk.model_dump()
-    if not include_usage:
-        data.pop("usage")
-    return data
-
-
 async def _until_disconnect(request: Request) -> None:
     """Return when the client closes the connection (the body is read already: the next message says so)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -168,14 +176,10 @@ async def _until_disconnect(request: Request) -> None:
 
 
 async def _collect(request: Request, submission: Submission) -> tuple[list[str], list[str]] | None:
-    """Every choice's whole text and finish reason; None (rows cancelled) if the client goes away first."""
-    texts = [""] * len(submission.rows)
+    """Every choice's whole text and finish reason; None (rows cancelled) if the client goes away first.
 
-    async def gather() -> None:
-        async for d in submission.deltas():
-            texts[d.index] += d.text
-
-    work = asyncio.ensure_future(gather())
+    The request's coroutine wakes once, when all its rows are done (:meth:`Submission.texts`)."""
+    work = asyncio.ensure_future(submission.texts())
     gone = asyncio.ensure_future(_until_disconnect(request))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -186,7 +190,7 @@ async def _collect(request: Request, submission: Submission) -> tuple[list[str],
             submission.close()
     if not work.done() or work.cancelled():
         return None  # the client went away: nobody reads a response
-    work.result()  # the engine's error, if its rows failed
+    texts = work.result()  # the engine's error, if its rows failed
     return texts, [r.finish_reason or "length" for r in submission.rows]
 
 
@@ -211,16 +215,21 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
     model = engine.config.served_model_name
 
     async def stream(request: Request, body: SamplingRequest, submission: Submission, fmt: Any) -> AsyncIterator[str]:
-        """The SSE events of one request; an engine error after the start is an error event then [DONE]."""
+        """The SSE events of one request; an engine error after the start is an error event then [DONE].
+
+        The chunks of all the deltas that came since the last write go out as one body part (one send
+        through the ASGI stack per step and request, not one per chunk)."""
         rid = request.state.request_id
         try:
-            for chunk in fmt.opening():
-                yield sse(_dump(chunk, body.include_usage))
-            async for delta in submission.deltas():
-                for chunk in fmt.chunk(delta):
-                    yield sse(_dump(chunk, body.include_usage))
+            opening = "".join(sse(chunk) for chunk in fmt.opening())
+            if opening:
+                yield opening
+            async for deltas in submission.delta_batches():
+                events = "".join(sse(chunk) for chunk in fmt.chunks(deltas))
+                if events:
+                    yield events
             if body.include_usage:
-                yield sse(fmt.usage_chunk(_usage(submission)).model_dump())
+                yield sse(fmt.usage_chunk(_usage(submission)))
         except (DecodeFailed, RowsRefused) as exc:
             metrics.record_stream_error()
             status, message, kind = _error_status(exc)
@@ -249,7 +258,7 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
             submission = engine.submit(prepared)
         except (UnknownModel, RequestError, QueueFull) as exc:
             return error_response(request, *_error_status(exc))
-        fmt = format_(model, prepared)
+        fmt = format_(model, prepared, body.include_usage)
         if body.stream:
             return StreamingResponse(stream(request, body, submission, fmt), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})

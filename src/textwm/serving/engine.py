@@ -7,6 +7,11 @@ A full queue rejects at once (:class:`QueueFull`, HTTP 503); a decoder exception
 it was serving (:class:`DecodeFailed`, HTTP 500 or an error event) and the engine carries on. The
 scheduler (:mod:`textwm.serving.scheduler`) batches whole requests through the family's decoder, or
 batches continuously over the slot-based decode engine.
+
+The worker thread only schedules and steps: requests are templated and tokenised before they are queued,
+its events reach the event loop through one :class:`~textwm.serving.streaming.LoopMailbox` (one wake-up
+per step), and while it runs the interpreter switches threads every :data:`WORKER_SWITCH_INTERVAL_S`, so
+that the worker gets the GIL back soon after each device read.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +38,7 @@ from textwm.serving.scheduler import (
     RowsRefused,
     Work,
 )
-from textwm.serving.streaming import Submission, TextRow
+from textwm.serving.streaming import LoopMailbox, Submission, TextRow, text_decoder
 from textwm.serving.templates import TemplateError, TemplateSandbox, check_template_kwargs
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,40 @@ MAX_CHARS_PER_TOKEN = 16
 #: SDAR settings a request may override under generate.py rules but not under lmdeploy's (per server there).
 SERVER_DIFFUSION_FIELDS = ("denoising_steps", "block_length", "confidence_threshold", "remasking_strategy")
 SCHEDULERS = ("auto", "continuous", "batch")
+#: The interpreter's thread switch interval while a worker runs (CPython's default is 5 ms). The worker
+#: and the event loop share one GIL; the worker releases it at every device read (``.tolist()``, ``bool``,
+#: a host-to-device copy), and taking it back from an event loop busy with HTTP and detokenising can take
+#: one whole interval: with 5 ms and the ~25 device reads of an SDAR step (the ~14 of an AR step), up to
+#: ~125 ms (~70 ms) a step.
+WORKER_SWITCH_INTERVAL_S = 0.0005
+
+
+class _SwitchInterval:
+    """The interpreter's switch interval, lowered to :data:`WORKER_SWITCH_INTERVAL_S` while any engine's worker
+    runs and restored when the last one stops (tests and notebooks may run several engines in one process)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved = sys.getswitchinterval()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(WORKER_SWITCH_INTERVAL_S, self._saved))
+                log.info("thread switch interval %.2g ms while the decode worker runs (was %.2g ms)",
+                         1000 * sys.getswitchinterval(), 1000 * self._saved)
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_SWITCH_INTERVAL = _SwitchInterval()
 
 
 @dataclass(frozen=True)
@@ -114,6 +154,9 @@ class Engine:
         self._scheduler: BatchScheduler | ContinuousScheduler | None = None
         self._templates: TemplateSandbox | None = None
         self._told_overrides_ignored = False
+        self._decode = text_decoder(loaded.tokenizer)
+        self._mailbox: LoopMailbox | None = None
+        self._lowered_switch = False   # this engine holds the lowered switch interval (start() to stop())
         if self.family == "sdar":
             loaded.spec.require_diffusion(config.defaults.block_length, rules=config.defaults.sdar_rules)
 
@@ -152,6 +195,9 @@ class Engine:
         self._stop.clear()  # an engine stopped by one app's shutdown can serve the next
         if self._scheduler is None:
             self._scheduler = self._make_scheduler()
+        if not self._lowered_switch:
+            _SWITCH_INTERVAL.acquire()
+            self._lowered_switch = True
         self._thread = threading.Thread(target=self._run, name="textwm-engine", daemon=True)
         self._thread.start()
 
@@ -166,6 +212,9 @@ class Engine:
             self._scheduler.shutdown(DecodeFailed("the server is shutting down"))
         if self._templates is not None:
             self._templates.close()
+        if self._lowered_switch:
+            _SWITCH_INTERVAL.release()
+            self._lowered_switch = False
 
     def _run(self) -> None:
         assert self._scheduler is not None
@@ -299,25 +348,29 @@ class Engine:
         return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), request.stop_strings(), echo)
 
     def submit(self, prepared: Prepared) -> Submission:
-        """Queue a prepared request's rows (QueueFull when the queue is full); call on the event loop."""
-        loop = asyncio.get_running_loop()
-        rows = [TextRow(self.tokenizer, prepared.stops, prepared.max_tokens) for _ in prepared.prompts]
+        """Queue a prepared request's rows (QueueFull when the queue is full); call on the event loop.
+
+        The worker's events for it go through the loop's one :class:`LoopMailbox` (one wake-up of the loop
+        per burst of events, whatever the number of requests)."""
+        mailbox = self._loop_mailbox()
+        rows = [TextRow(self.tokenizer, prepared.stops, prepared.max_tokens, self._decode) for _ in prepared.prompts]
         work_ref: list[Work] = []
         submission = Submission(rows, prepared.prompt_tokens, cancel=lambda r: self._cancel(work_ref[0], r))
-
-        def post(event: Any) -> None:
-            try:
-                loop.call_soon_threadsafe(submission.inbox.put_nowait, event)
-            except RuntimeError:  # the request's event loop is closed: the server stopped, nobody is waiting
-                log.debug("dropped an event for a request whose event loop is closed")
-
-        work = Work(prompts=prepared.prompts, settings=prepared.settings, post=post)
+        work = Work(prompts=prepared.prompts, settings=prepared.settings,
+                    post=lambda event: mailbox.post(submission, event))
         work_ref.append(work)
         try:
             self._intake.queue.put_nowait(work)
         except queue.Full:
             raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
         return submission
+
+    def _loop_mailbox(self) -> LoopMailbox:
+        """The running loop's mailbox (a new one when an app on another loop serves this engine next)."""
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = LoopMailbox(loop)
+        return self._mailbox
 
     @staticmethod
     def _cancel(work: Work, rows: list[int]) -> None:

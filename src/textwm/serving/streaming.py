@@ -1,9 +1,19 @@
 """From token deltas to text deltas: incremental detokenisation, stop strings, the max_tokens cap, per request.
 
 The worker thread posts each row's newly committed token ids (:class:`RowTokens`, at a decoder step
-boundary) to its request's :class:`Submission` on the event loop; the HTTP layer, streaming or not,
-iterates the submission's :class:`TextDelta` s. So a stream and a plain response are built from the
-same deltas: the plain text is the concatenation of the streamed ones.
+boundary) to its request's :class:`Submission` through the loop's :class:`LoopMailbox`; the HTTP layer,
+streaming or not, reads the submission's :class:`TextDelta` s. So a stream and a plain response are built
+from the same deltas: the plain text is the concatenation of the streamed ones.
+
+Delivery is built to cost the worker and the event loop little per step, since both share one GIL and
+the worker's step time is what bounds throughput (vLLM's ``AsyncLLM`` output handler follows the same
+idea: one hand-off per engine step, outputs processed in a batch, each request's queue woken once):
+
+* the worker appends to a deque and wakes the loop once per burst of events (one ``call_soon_threadsafe``
+  per step, not one per row: each is a socket write on the worker's clock);
+* the loop detokenises every event of the burst in one callback (:meth:`Submission.receive`), and wakes a
+  request's coroutine only when it has something to do with it: a stream at every step with new text, a
+  plain request once, when all its rows are done.
 
 Rules (each from the upstream it follows):
 
@@ -22,11 +32,16 @@ Rules (each from the upstream it follows):
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from textwm.generation.base import Generation
+
+log = logging.getLogger(__name__)
 
 #: A character whose bytes are not all decoded yet renders as this (the tokenizers' replacement character).
 REPLACEMENT = "\ufffd"
@@ -60,29 +75,46 @@ class TextDelta:
 
 def sse(payload: Any) -> str:
     """One server-sent event of JSON data."""
-    import json
-
     return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def text_decoder(tokenizer: Any) -> Callable[[list[int]], str]:
+    """``ids -> text`` as ``tokenizer.decode(ids, skip_special_tokens=True)`` gives it, at the least cost.
+
+    A fast (Rust-backed) tokenizer's ``decode`` is its backend's ``decode`` plus, when
+    ``clean_up_tokenization_spaces`` is set, a clean-up pass (transformers ``TokenizersBackend._decode``);
+    without the clean-up the backend is called directly (a quarter of the cost: the detokeniser decodes
+    twice per row per step). Any other tokenizer goes through its own ``decode``.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and not getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return lambda ids: backend.decode(ids, skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 
 
 class Detokenizer:
     """Incremental detokenisation of one row's output ids (vLLM's prefix/read offsets over ``decode``).
 
     ``push(ids)`` returns the text that the new ids make stable; ``flush()`` the rest at the end (a
-    trailing split character then decodes as U+FFFD, as a whole-sequence decode does).
+    trailing split character then decodes as U+FFFD, as a whole-sequence decode does). Each push decodes
+    a window of the last emitted ids plus the new ones (a few tokens), never the whole output.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        decode: ``ids -> text`` (default :func:`text_decoder` of ``tokenizer``; a server builds it once).
     """
 
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Any, decode: Callable[[list[int]], str] | None = None):
+        self._decode = decode or text_decoder(tokenizer)
         self.ids: list[int] = []
         self._prefix = 0   # first id of the window decoded for context
         self._read = 0     # ids before this one have had their text emitted
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        self._before: tuple[int, int, str] = (-1, -1, "")   # (prefix, read, text of ids[prefix:read]), reused
 
     def _new_text(self, final: bool) -> str:
-        before = self._decode(self.ids[self._prefix:self._read])
+        if self._before[:2] != (self._prefix, self._read):   # held-back pushes keep the window's start
+            self._before = (self._prefix, self._read, self._decode(self.ids[self._prefix:self._read]))
+        before = self._before[2]
         after = self._decode(self.ids[self._prefix:])
         if len(after) <= len(before) or (after.endswith(REPLACEMENT) and not final):
             return ""
@@ -106,8 +138,9 @@ class TextRow:
     and returns the text that may be sent now and, on the last call, the finish reason.
     """
 
-    def __init__(self, tokenizer: Any, stops: list[str], max_tokens: int):
-        self.detok = Detokenizer(tokenizer)
+    def __init__(self, tokenizer: Any, stops: list[str], max_tokens: int,
+                 decode: Callable[[list[int]], str] | None = None):
+        self.detok = Detokenizer(tokenizer, decode)
         self.stops = stops
         self.max_tokens = max_tokens
         self.tokens = 0
@@ -166,12 +199,53 @@ class TextRow:
         return len(text)
 
 
+class LoopMailbox:
+    """Events from the worker thread to the submissions of one event loop, delivered in bursts.
+
+    :meth:`post` (any thread) appends to a deque and, unless a delivery is already scheduled, schedules one
+    with ``loop.call_soon_threadsafe``; the delivery (on the loop) hands every queued event to its
+    submission. A step's events for all its rows so cost one loop wake-up, not one per row. The flag is set
+    before the deque is emptied, so an event appended during a delivery is never left without one.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._events: deque[tuple[Submission, RowTokens | RowsFailed]] = deque()
+        self._scheduled = False
+        self._closed = False
+
+    def post(self, submission: Submission, event: RowTokens | RowsFailed) -> None:
+        if self._closed:
+            return
+        self._events.append((submission, event))
+        if self._scheduled:
+            return
+        self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:   # the loop is closed: the server stopped, nobody is waiting
+            self._closed = True
+            self._events.clear()
+            log.debug("dropped events for requests whose event loop is closed")
+
+    def _deliver(self) -> None:
+        self._scheduled = False
+        while self._events:
+            submission, event = self._events.popleft()
+            try:
+                submission.receive(event)
+            except Exception as exc:  # a bug in detokenising one request must not strand it or the others
+                log.exception("could not process the decoder's output for a request")
+                submission.receive(RowsFailed(exc))
+
+
 class Submission:
     """One request's rows in the engine, as seen from the event loop.
 
-    The worker thread puts :class:`RowTokens` / :class:`RowsFailed` on ``inbox`` (through
-    ``loop.call_soon_threadsafe``); :meth:`deltas` turns them into text deltas. ``cancel(rows)`` asks the
-    engine to stop decoding rows (a stop string was hit, or the client went away: :meth:`close`).
+    The worker's events reach :meth:`receive` on the loop (through a :class:`LoopMailbox`), which turns them
+    into text deltas at once; :meth:`delta_batches` / :meth:`deltas` (a stream) and :meth:`texts` (a plain
+    response) read them. ``cancel(rows)`` asks the engine to stop decoding rows (a stop string was hit or
+    the cap reached, or the client went away: :meth:`close`).
 
     Args:
         rows: one TextRow per choice, in choice order.
@@ -182,28 +256,78 @@ class Submission:
     def __init__(self, rows: list[TextRow], prompt_tokens: int, cancel: Callable[[list[int]], None]):
         self.rows = rows
         self.prompt_tokens = prompt_tokens
-        self.inbox: asyncio.Queue[RowTokens | RowsFailed] = asyncio.Queue()
         self._cancel = cancel
+        self._pending: list[TextDelta] = []     # deltas not read yet, in order
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_each = True                  # wake the reader at every delta (a stream) or only at the end
 
     @property
     def done(self) -> bool:
         return all(r.done for r in self.rows)
 
+    def receive(self, event: RowTokens | RowsFailed) -> None:
+        """Process one event of the worker (on the loop): detokenise, cap, cut at stops; wake the reader."""
+        if isinstance(event, RowsFailed):
+            if self._error is None and not self.done:
+                self._error = event.error
+            self._wake(True)
+            return
+        row = self.rows[event.row]
+        if row.done:   # tokens of a step already under way when this row was cut: its finish is sent already
+            row.feed(event.token_ids, event.finished)
+            return
+        text = row.feed(event.token_ids, event.finished)
+        if row.done and event.finished is None:
+            self._cancel([event.row])  # a stop string or the cap: the decoder need not go on
+        if text or row.done:
+            self._pending.append(TextDelta(event.row, text, row.finish_reason))
+            self._wake(self._wake_each or self.done)
+
+    def _wake(self, now: bool) -> None:
+        if now and self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def delta_batches(self) -> AsyncIterator[list[TextDelta]]:
+        """The text deltas in batches (all that came since the last read) until every row is done; then
+        raises the engine's error if its rows failed (after the deltas that came before it)."""
+        while True:
+            if self._pending:
+                batch, self._pending = self._pending, []
+                yield batch
+            elif self._error is not None:
+                raise self._error
+            elif self.done:
+                return
+            else:
+                await self._wait()
+
     async def deltas(self) -> AsyncIterator[TextDelta]:
-        """Text deltas until every row is done; raises the engine's error when its rows failed."""
-        while not self.done:
-            event = await self.inbox.get()
-            if isinstance(event, RowsFailed):
-                raise event.error
-            row = self.rows[event.row]
-            was_done = row.done   # tokens of a step already under way when this row was cut: finish already sent
-            text = row.feed(event.token_ids, event.finished)
-            if was_done:
-                continue
-            if row.done and event.finished is None:
-                self._cancel([event.row])  # a stop string or the cap: the decoder need not go on
-            if text or row.done:
-                yield TextDelta(event.row, text, row.finish_reason)
+        """The text deltas one by one (see :meth:`delta_batches`)."""
+        async for batch in self.delta_batches():
+            for delta in batch:
+                yield delta
+
+    async def texts(self) -> list[str]:
+        """Every choice's whole text, once all rows are done (the reader is woken once, not per step);
+        raises the engine's error if its rows failed."""
+        self._wake_each = False
+        while not self.done and self._error is None:
+            await self._wait()
+        if self._error is not None:
+            raise self._error
+        texts = [""] * len(self.rows)
+        for d in self._pending:
+            texts[d.index] += d.text
+        self._pending = []
+        return texts
 
     def close(self) -> None:
         """Cancel the rows still decoding (the client went away or the response is complete)."""
