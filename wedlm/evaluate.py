@@ -2,6 +2,8 @@
 
 Tiny CPU run (bundled sample predictions):
     python wedlm/evaluate.py --input-dir data/samples/predictions --datasets copy_last_obs --output-dir /tmp/scores
+The paper's command lines work as they are (its flags, its file names); its ROUGE-L library:
+    python wedlm/evaluate.py --input-dir outputs/eval --datasets test --output-dir outputs/eval --rouge-impl pltrdy
 Side by side:
     python wedlm/evaluate.py --compare ar=runs/ar_scores sdar=runs/sdar_scores --output-dir runs/compare
 """

@@ -65,7 +65,7 @@ class ConfigError(ValueError):
 def option(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING, flag: str | None = None,
            aliases: Sequence[str] = (), choices: Sequence[Any] | None = None, env: str | None = None,
            positional: bool = False, secret: bool = False, rename: Mapping[str, str] | None = None,
-           metavar: str | None = None) -> Any:
+           metavar: str | None = None, inner_aliases: Mapping[str, Sequence[str]] | None = None) -> Any:
     """A config field.
 
     Args:
@@ -78,9 +78,12 @@ def option(default: Any = MISSING, help: str = "", *, default_factory: Any = MIS
         positional: a positional argument instead of a flag.
         secret: left out of :func:`config_dict` (API keys).
         rename: for a nested dataclass, ``{inner field: outer key}`` (e.g. ``gen_length`` -> ``max_tokens``).
+        inner_aliases: for a nested dataclass, ``{inner field: more flags}`` (e.g. ``gen_length`` ->
+            ``--max-output-tokens``, the paper's spelling), added to the inner field's own aliases.
     """
     meta = {"help": help, "flag": flag, "aliases": tuple(aliases), "choices": tuple(choices) if choices else None,
-            "env": env, "positional": positional, "secret": secret, "rename": dict(rename or {}), "metavar": metavar}
+            "env": env, "positional": positional, "secret": secret, "rename": dict(rename or {}), "metavar": metavar,
+            "inner_aliases": {k: tuple(v) for k, v in (inner_aliases or {}).items()}}
     return dataclasses.field(default=default, default_factory=default_factory, metadata={"textwm": meta})
 
 
@@ -122,8 +125,12 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def leaves(cls: type, *, prefix: tuple[str, ...] = (), rename: Mapping[str, str] | None = None,
-           defaults: Any = None) -> list[Leaf]:
+           defaults: Any = None, inner_aliases: Mapping[str, Sequence[str]] | None = None) -> list[Leaf]:
     """The flattened fields of config class ``cls`` (nested dataclass fields replaced by theirs)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    stray = sorted(set(inner_aliases or {}) - known)
+    if stray:
+        raise TypeError(f"{cls.__name__}: inner_aliases name fields it does not have: {', '.join(stray)}")
     hints = typing.get_type_hints(cls)
     out: list[Leaf] = []
     for f in dataclasses.fields(cls):
@@ -134,11 +141,13 @@ def leaves(cls: type, *, prefix: tuple[str, ...] = (), rename: Mapping[str, str]
         default = getattr(defaults, f.name) if defaults is not None else _default(f)
         if dataclasses.is_dataclass(tp):
             out += leaves(tp, prefix=(*prefix, f.name), rename=meta.get("rename"),
-                          defaults=default if default is not MISSING else None)
+                          defaults=default if default is not MISSING else None,
+                          inner_aliases=meta.get("inner_aliases"))
             continue
         key = (rename or {}).get(f.name, f.name)
-        out.append(Leaf(key=key, path=(*prefix, f.name), type=tp, default=default,
-                        **{k: v for k, v in meta.items() if k in _KEYS and k != "rename"}))
+        kwargs = {k: v for k, v in meta.items() if k in _KEYS and k != "rename"}
+        kwargs["aliases"] = (*kwargs.get("aliases", ()), *(inner_aliases or {}).get(f.name, ()))
+        out.append(Leaf(key=key, path=(*prefix, f.name), type=tp, default=default, **kwargs))
     keys = [leaf.key for leaf in out]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup and not prefix:

@@ -211,14 +211,16 @@ def test_bad_settings_and_checkpoints(wedlm, tiny_ar_dir):
         WeDLMDecoder(ar.model, ar.spec)
 
 
-def test_wedlm_eval_generate_defaults_to_upstream_temperature(repo):
-    """wedlm/eval_generate.py decodes at Tencent/WeDLM's default temperature 0.2 unless told otherwise;
-    the shared default (sdar/eval_generate.py, DecodeSettings) stays 1.0."""
+def test_wedlm_eval_generate_defaults_to_the_papers_script(repo):
+    """wedlm/eval_generate.py decodes with the paper's wedlm/eval_generate.py defaults (greedy, window 16,
+    entropy threshold 0.6) unless told otherwise; the shared default (sdar/eval_generate.py, DecodeSettings)
+    stays 1.0."""
     script = runpy.run_path(str(repo / "wedlm" / "eval_generate.py"))
     required = ["--model-path", "m", "--data-dir", "d", "--datasets", "test", "--output-dir", "o"]
     config, _ = ConfigCLI(script["WeDLMEvalGenerateConfig"]).parse(required)
-    assert config.decode.temperature == 0.2 and config.decode.window_size == 16
-    assert ConfigCLI(script["WeDLMEvalGenerateConfig"]).parse([*required, "--temperature", "0"])[0].decode.temperature == 0
+    assert config.decode.temperature == 0.0 and config.decode.window_size == 16
+    assert config.decode.entropy_threshold == 0.6
+    assert ConfigCLI(script["WeDLMEvalGenerateConfig"]).parse([*required, "--temperature", "0.2"])[0].decode.temperature == 0.2
     assert ConfigCLI(EvalGenerateConfig).parse(required)[0].decode.temperature == DecodeSettings().temperature == 1.0
 
 

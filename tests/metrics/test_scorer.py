@@ -4,6 +4,7 @@ import pytest
 
 from tests.conftest import write_lines
 from textwm.data.jsonl import DataError, read_jsonl
+from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.metrics.scorer import (
     SUMMARY_KEYS,
     PredictionRow,
@@ -36,6 +37,39 @@ def test_kept_rows_dedupe_errors_empty_refs():
     assert summary["exact_match"] == 1.0 and summary["semantic_match"] == 1.0
     assert [r["match"] for r in records] == [True, True, True, True]
     assert records[1]["prediction_clean"] == '{"a":1,"b":2}'
+
+
+def test_overlong_rows_dropped_and_counted_unless_kept(tmp_path):
+    path = write_lines(tmp_path / "p.jsonl", [
+        {"index": 0, "prediction_raw": "You see a door.", "reference": "You see a door.", "skipped_overlong": False},
+        {"index": 1, "prediction_raw": SKIPPED_OVERLONG, "reference": "x", "skipped_overlong": True},
+        {"index": 2, "prediction_raw": SKIPPED_OVERLONG, "reference": "y"},         # marker alone
+        {"index": 3, "prediction_raw": "text", "reference": "z", "skipped_overlong": True},  # flag alone
+    ])
+    rows, _ = read_predictions(path)
+    assert [r.is_overlong for r in rows] == [False, True, True, True]
+    summary, _ = score_rows(rows, NO_MAUVE)
+    assert (summary["num_samples"], summary["num_skipped_overlong"], summary["exact_match"]) == (1, 3, 1.0)
+    summary, records = score_rows(rows, ScoreOptions(compute_mauve=False, drop_overlong=False))
+    assert (summary["num_samples"], summary["num_skipped_overlong"]) == (4, 0)
+    assert records[1]["prediction_raw"] == SKIPPED_OVERLONG and not records[1]["match"]
+    bad = write_lines(tmp_path / "bad.jsonl", [{"prediction_raw": "a", "reference": "a", "skipped_overlong": "yes"}])
+    with pytest.raises(DataError, match=r"bad\.jsonl:1: skipped_overlong: skipped_overlong must be true/false"):
+        read_predictions(bad)
+
+
+def test_rouge_impl_recorded_and_failures_counted(caplog):
+    rows = [_row(0, "You see a door.", "You see a door."), _row(1, "...", "a b c"), _row(2, "a b", "a c")]
+    default, _ = score_rows(rows, NO_MAUVE)
+    assert (default["rouge_impl"], default["num_rouge_errors"]) == ("rouge_score", 0)
+    summary, records = score_rows(rows, ScoreOptions(compute_mauve=False, rouge_impl="pltrdy"))
+    assert (summary["rouge_impl"], summary["num_rouge_errors"]) == ("pltrdy", 1)
+    assert records[1]["rouge_l_f1"] == 0.0 and records[1]["rouge_l_error"] == "ValueError: Hypothesis is empty."
+    assert "rouge_l_error" not in records[0]
+    assert summary["rouge_l_f1"] == pytest.approx(sum(r["rouge_l_f1"] for r in records) / 3)
+    assert "pltrdy ROUGE-L failed on 1 of 3 rows (ValueError: 1)" in caplog.text
+    with pytest.raises(ValueError, match="rouge_impl='rouge'"):
+        ScoreOptions(rouge_impl="rouge")
 
 
 def test_keep_flags_and_semantic_vs_exact():

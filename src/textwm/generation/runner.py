@@ -7,8 +7,13 @@ fails becomes ``ERROR: ...`` rows (counted and logged), never a silent gap. ``nu
 machine without CUDA, runs in this process on the CPU.
 
 Output per dataset: ``<output_dir>/<name>_outputs.jsonl`` with rows ``{index, config,
-prediction_raw, reference, generated, ground_truth}`` (the paper's format; ``config`` is the
-dataset name), and ``<output_dir>/eval_generate_config.json`` with every setting.
+prediction_raw, reference, generated, ground_truth}`` (the paper's ``sdar/eval_generate.py`` format;
+``config`` is the dataset name), plus ``skipped_overlong`` when ``max_model_len`` is set (the paper's
+``wedlm/eval_generate.py`` format: its rows are ``{index, prediction_raw, reference, config,
+skipped_overlong}``), and ``<output_dir>/eval_generate_config.json`` with every setting and the counts.
+
+The paper's flag spellings are aliases of ours (:data:`PAPER_DECODE_ALIASES`, ``--batch-size``);
+:class:`WeDLMEvalGenerateConfig` carries the defaults of the paper's ``wedlm/eval_generate.py``.
 """
 
 from __future__ import annotations
@@ -16,17 +21,30 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from textwm.config import ConfigError, check_output_dir, config_dict, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.schema import split_prompt_target, validate_target_row
 from textwm.generation import DECODER_ENGINES
 from textwm.generation.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
+
+#: The paper's ``wedlm/eval_generate.py`` flags for our decoding settings (``DecodeSettings`` field -> flags):
+#: ``--max-output-tokens`` is its ``SamplingParams.max_tokens`` (new tokens), the three WeDLM knobs its
+#: ``LLM(wedlm_window_size=...)`` and ``SamplingParams(wedlm_entropy_threshold=..., wedlm_pos_penalty_factor=...)``.
+PAPER_DECODE_ALIASES = {"gen_length": ("--max-output-tokens",), "window_size": ("--wedlm-window-size",),
+                        "entropy_threshold": ("--wedlm-entropy-threshold",),
+                        "position_penalty": ("--wedlm-pos-penalty-factor",)}
+
+#: Tokens kept free between a prompt and ``max_model_len`` beyond the output budget: the paper's
+#: ``wedlm/eval_generate.py`` ``main`` sets ``prompt_budget = max_model_len - max_output_tokens - 64``.
+OVERLONG_MARGIN_TOKENS = 64
 
 
 @dataclass
@@ -40,9 +58,16 @@ class EvalGenerateConfig:
     output_dir: str = option(help="writes <name>_outputs.jsonl here")
     file_pattern: str = option("eval_{name}.jsonl", "file name in --data-dir")
     num_gpus: int = option(1, "worker processes, one GPU each; 0 = in-process on the CPU")
-    per_batch: int = option(8, "prompts per forward batch per GPU")
-    prompt_truncate: int = option(8000, "keep at most the last N prompt tokens")
-    decode: DecodeSettings = option(help="decoding", default_factory=DecodeSettings)
+    per_batch: int = option(8, "prompts per forward batch per GPU (--batch-size: the paper's WeDLM spelling)",
+                            aliases=("--batch-size",))
+    prompt_truncate: int | None = option(8000, "keep at most the last N prompt tokens; none = no cut")
+    decode: DecodeSettings = option(help="decoding", default_factory=DecodeSettings,
+                                    inner_aliases=PAPER_DECODE_ALIASES)
+    max_model_len: int | None = option(None, "context length: a prompt of more than max_model_len - gen_length - "
+                                             f"{OVERLONG_MARGIN_TOKENS} tokens is not generated, its row reads "
+                                             f"{SKIPPED_OVERLONG} (rows get skipped_overlong); none = off")
+    retry_singly: bool = option(False, "retry a failed batch one row at a time (only rows failing alone become "
+                                       "ERROR rows); off: the whole batch becomes ERROR rows")
     dtype: str = option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32")
     mask_token_id: int | None = option(None, "for SDAR/WeDLM checkpoints whose config.json lacks mask_token_id")
     engine: str = option("auto", "decoder implementation: static (the static-shape engine, CUDA graphs), reference "
@@ -53,8 +78,45 @@ class EvalGenerateConfig:
         if not self.datasets:
             raise ConfigError("give at least one dataset name", key="--datasets")
         for name in ("per_batch", "prompt_truncate"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", key="--" + name.replace("_", "-"))
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"must be >= 1, got {value}", key="--" + name.replace("_", "-"))
+        budget = self.prompt_budget()
+        if budget is not None and budget < 1:
+            raise ConfigError(f"{self.max_model_len} leaves no room for a prompt: it must exceed --gen-length "
+                              f"({self.decode.gen_length}) + {OVERLONG_MARGIN_TOKENS}", key="--max-model-len")
+
+    def prompt_budget(self) -> int | None:
+        """The most prompt tokens a row may have before it is skipped as overlong (None: no limit)."""
+        if self.max_model_len is None:
+            return None
+        return self.max_model_len - self.decode.gen_length - OVERLONG_MARGIN_TOKENS
+
+
+_DECODE_FIELDS = frozenset(f.name for f in fields(DecodeSettings))
+
+#: The paper's ``wedlm/eval_generate.py`` argparse defaults, as our settings.
+WEDLM_PAPER_DEFAULTS = {"max_model_len": 16384, "per_batch": 32, "gen_length": 8192, "window_size": 16,
+                        "entropy_threshold": 0.6, "position_penalty": 0.02, "temperature": 0.0}
+
+
+@dataclass
+class WeDLMEvalGenerateConfig(EvalGenerateConfig):
+    """``wedlm/eval_generate.py``: the same settings, with the paper's WeDLM script's defaults
+    (:data:`WEDLM_PAPER_DEFAULTS`): prompts are never cut, an overlong one becomes a ``SKIPPED_OVERLONG`` row,
+    and a failed batch is retried row by row, as that script does."""
+
+    per_batch: int = option(WEDLM_PAPER_DEFAULTS["per_batch"], "prompts per forward batch per GPU (--batch-size: "
+                            "the paper's spelling)", aliases=("--batch-size",))
+    prompt_truncate: int | None = option(None, "keep at most the last N prompt tokens; none = no cut (the paper's "
+                                               "WeDLM script cuts none: overlong prompts are skipped)")
+    decode: DecodeSettings = option(help="decoding", inner_aliases=PAPER_DECODE_ALIASES, default_factory=partial(
+        DecodeSettings, **{k: v for k, v in WEDLM_PAPER_DEFAULTS.items() if k in _DECODE_FIELDS}))
+    max_model_len: int | None = option(WEDLM_PAPER_DEFAULTS["max_model_len"], "context length: a prompt of more "
+                                       f"than max_model_len - gen_length - {OVERLONG_MARGIN_TOKENS} tokens is not "
+                                       f"generated, its row reads {SKIPPED_OVERLONG}; none = off")
+    retry_singly: bool = option(True, "retry a failed batch one row at a time (only rows failing alone become "
+                                      "ERROR rows), as the paper's WeDLM script does")
 
 
 @dataclass
@@ -70,17 +132,75 @@ class ShardResult:
     rows: list[dict] = field(default_factory=list)
     errors: int = 0
     truncated: int = 0
+    skipped_overlong: int = 0
     tokens: int = 0
     seconds: float = 0.0
 
 
 def _error_text(exc: BaseException) -> str:
-    return f"ERROR: {type(exc).__name__}: {exc}"
+    """The prediction of a row whose decoding failed (the paper's scripts: ``ERROR: <type>: <repr>``)."""
+    return f"ERROR: {type(exc).__name__}: {exc!r}"
+
+
+def _row(config: EvalGenerateConfig, job: Job, text: str, *, skipped: bool = False) -> dict:
+    """One output row: the paper's ``sdar/eval_generate.py`` keys, plus ``skipped_overlong`` (its
+    ``wedlm/eval_generate.py`` key) when ``max_model_len`` is set. ``_dataset`` is removed by :func:`run`."""
+    row = {"index": job.index, "config": job.dataset, "prediction_raw": text, "reference": job.reference,
+           "generated": text, "ground_truth": job.reference, "_dataset": job.dataset}
+    if config.max_model_len is not None:
+        row["skipped_overlong"] = skipped
+    return row
+
+
+def _encode_jobs(config: EvalGenerateConfig, jobs: list[Job], encoder: Any,
+                 result: ShardResult) -> list[tuple[Job, list[int]]]:
+    """Prompt ids of the jobs to decode, shortest first. A prompt over :meth:`EvalGenerateConfig.prompt_budget`
+    (measured before any cut, as the paper's ``wedlm/eval_generate.py`` ``load_eval`` does) becomes a
+    ``SKIPPED_OVERLONG`` row in ``result`` instead; a prompt over ``prompt_truncate`` keeps its last tokens."""
+    budget = config.prompt_budget()
+    encoded = []
+    for job in jobs:
+        ids = encoder.prompt_ids(job.prompt)
+        if budget is not None and len(ids) > budget:
+            result.rows.append(_row(config, job, SKIPPED_OVERLONG, skipped=True))
+            result.skipped_overlong += 1
+            continue
+        if config.prompt_truncate is not None and len(ids) > config.prompt_truncate:
+            ids = ids[-config.prompt_truncate:]   # keep the end: the action and the generation prompt
+            result.truncated += 1
+        encoded.append((job, ids))
+    encoded.sort(key=lambda item: len(item[1]))
+    return encoded
+
+
+def _decode_batch(config: EvalGenerateConfig, decoder: Any, tokenizer: Any, prompts: list[list[int]],
+                  result: ShardResult, device: str, label: str, *, retry: bool) -> list[str]:
+    """The texts of one batch of prompt ids (``[B]`` lists of ids); a failure becomes ``ERROR: ...`` texts,
+    counted in ``result.errors``. With ``retry`` (``retry_singly``) a failed batch is decoded again one row
+    at a time, so only the rows that fail alone are errors (the paper's ``wedlm/eval_generate.py``
+    ``run_dataset``; its ``sdar/eval_generate.py`` ``process_shard`` does not retry)."""
+    import torch
+
+    try:
+        outputs = decoder.generate(prompts, config.decode)
+    except Exception as exc:  # noqa: BLE001 -- a failed batch becomes counted, logged ERROR rows
+        log.error("[%s] batch of %d rows failed: %s", label, len(prompts), _error_text(exc))
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if not retry:
+            result.errors += len(prompts)
+            return [_error_text(exc)] * len(prompts)
+        log.info("[%s] retrying those %d rows one at a time (--retry-singly)", label, len(prompts))
+        texts = []
+        for ids in prompts:
+            texts += _decode_batch(config, decoder, tokenizer, [ids], result, device, label, retry=False)
+        return texts
+    result.tokens += sum(len(o.token_ids) for o in outputs)
+    return [tokenizer.decode(o.token_ids, skip_special_tokens=False) for o in outputs]
 
 
 def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: str = "cpu") -> ShardResult:
     """Decode ``jobs`` on ``device`` (one model copy); runs in a worker process or in-process."""
-    import torch
     from tqdm.auto import tqdm
 
     from textwm.generation.decoders import make_decoder
@@ -92,33 +212,17 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
     decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id,
                            engine=config.engine)
     encoder = ChatEncoder(loaded.tokenizer)
-    settings = config.decode
     result = ShardResult()
-    encoded = []
-    for job in jobs:
-        ids = encoder.prompt_ids(job.prompt)
-        if len(ids) > config.prompt_truncate:
-            ids = ids[-config.prompt_truncate:]   # keep the end: the action and the generation prompt
-            result.truncated += 1
-        encoded.append((job, ids))
-    encoded.sort(key=lambda item: len(item[1]))
+    encoded = _encode_jobs(config, jobs, encoder, result)
+    if result.skipped_overlong:
+        log.warning("[%s] %d prompts longer than %d tokens (--max-model-len %d - --gen-length %d - %d) are not "
+                    "generated: their rows read %s", label, result.skipped_overlong, config.prompt_budget(),
+                    config.max_model_len, config.decode.gen_length, OVERLONG_MARGIN_TOKENS, SKIPPED_OVERLONG)
     batches = [encoded[i:i + config.per_batch] for i in range(0, len(encoded), config.per_batch)]
     for batch in tqdm(batches, desc=f"generate [{label}]", unit="batch", mininterval=5.0):
-        try:
-            outputs = decoder.generate([ids for _, ids in batch], settings)
-            texts = [loaded.tokenizer.decode(o.token_ids, skip_special_tokens=False) for o in outputs]
-            result.tokens += sum(len(o.token_ids) for o in outputs)
-        except Exception as exc:  # noqa: BLE001 -- a failed batch becomes counted, logged ERROR rows
-
-            log.error("[%s] batch of %d rows failed: %s", label, len(batch), _error_text(exc))
-            texts = [_error_text(exc)] * len(batch)
-            result.errors += len(batch)
-            if device.startswith("cuda"):
-                torch.cuda.empty_cache()
-        for (job, _), text in zip(batch, texts):
-            result.rows.append({"index": job.index, "config": job.dataset, "prediction_raw": text,
-                                "reference": job.reference, "generated": text, "ground_truth": job.reference,
-                                "_dataset": job.dataset})
+        texts = _decode_batch(config, decoder, loaded.tokenizer, [ids for _, ids in batch], result, device, label,
+                              retry=config.retry_singly)
+        result.rows += [_row(config, job, text) for (job, _), text in zip(batch, texts)]
     result.seconds = time.perf_counter() - started
     return result
 
@@ -194,12 +298,16 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
         path = out_dir / f"{name}_outputs.jsonl"
         write_jsonl(path, mine)
         errors = sum(r["prediction_raw"].startswith("ERROR") for r in mine)
-        stats[name] = {"rows": len(mine), "errors": errors, "output": str(path)}
-        log.info("%s: %d rows -> %s (%d ERROR rows)", name, len(mine), path, errors)
+        skipped = sum(bool(r.get("skipped_overlong")) for r in mine)
+        stats[name] = {"rows": len(mine), "errors": errors, "skipped_overlong": skipped, "output": str(path)}
+        log.info("%s: %d rows -> %s (%d ERROR rows, %d %s rows)", name, len(mine), path, errors, skipped,
+                 SKIPPED_OVERLONG)
     tokens = sum(s.tokens for s in shards)
     summary = {"config": config_dict(config), "workers": workers, "seconds": round(elapsed, 2),
                "generated_tokens": tokens, "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
-               "prompts_truncated": sum(s.truncated for s in shards), "datasets": stats}
+               "prompts_truncated": sum(s.truncated for s in shards),
+               "prompts_skipped_overlong": sum(s.skipped_overlong for s in shards),
+               "prompt_budget": config.prompt_budget(), "datasets": stats}
     write_json(out_dir / "eval_generate_config.json", summary)
     log.info("generated %d tokens in %.1fs (%.1f tok/s) with %d worker(s)", tokens, elapsed,
              summary["tokens_per_second"], max(workers, 1))

@@ -14,7 +14,8 @@ from pathlib import Path
 DESCRIPTION = """Score world-model predictions: exact/semantic match, ROUGE-L, BLEU-1, Self-BLEU,
 Distinct-1/2 and MAUVE. Reads <input-dir>/<file-pattern> for each dataset (rows with
 prediction_raw|predicted|generated and reference|expected|ground_truth), writes
-<output-dir>/<name>_scored.jsonl, eval_summary.json, eval_summary.md and eval_summary.png."""
+<output-dir>/<name>_scored.jsonl, eval_summary.json, eval_summary.md and eval_summary.png.
+Accepts every flag of the paper's sdar/, wedlm/ and llm_training/evaluate.py."""
 
 API_DESCRIPTION = """With --api-url, first generates predictions for <data-dir>/<name>.jsonl (chat rows; the
 last message is the reference) from an OpenAI-compatible /v1/chat/completions endpoint into
@@ -22,8 +23,10 @@ last message is the reference) from an OpenAI-compatible /v1/chat/completions en
 
 
 def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse.ArgumentParser:
+    from textwm.data.markers import SKIPPED_OVERLONG
     from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
     from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
+    from textwm.metrics.overlap import ROUGE_IMPLS
 
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION + ("\n\n" + API_DESCRIPTION if with_api else ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,10 +37,16 @@ def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse
     p.add_argument("--file-pattern", default="{name}_outputs.jsonl",
                    help="prediction file name inside --input-dir (default: %(default)s)")
     p.add_argument("--keep-errors", action="store_true", help="keep rows whose prediction starts with 'ERROR'")
+    p.add_argument("--keep-overlong", action="store_true",
+                   help=f"keep rows whose prompt was too long to generate (prediction {SKIPPED_OVERLONG} or "
+                        "skipped_overlong: true; default: drop and count them)")
     p.add_argument("--keep-empty-ref", action="store_true", help="keep rows whose normalised reference is empty")
     p.add_argument("--no-dedupe", action="store_true", help="do not de-duplicate rows by 'index' (default: first wins)")
     p.add_argument("--extract-output-field", nargs="*", default=[], metavar="NAME",
                    help="datasets whose references are reduced to {output, exception} (api_bank style)")
+    p.add_argument("--rouge-impl", choices=ROUGE_IMPLS, default="rouge_score",
+                   help="ROUGE-L of Google rouge-score (default) or of pltrdy's rouge package, computed as the "
+                        "paper's evaluate.py does (per row, failures scored 0.0 and counted; slow on long rows)")
     p.add_argument("--no-mauve", action="store_true", help="skip MAUVE (mauve: null in the summary)")
     p.add_argument("--mauve-featurizer", default=DEFAULT_FEATURIZER,
                    help="offline default %(default)s; or a sentence-transformers folder, or any HF model id/folder")
@@ -77,13 +86,31 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: 
     if with_api and args.api_url:
         args.input_dir = args.input_dir or args.output_dir
     if not args.input_dir:
-        p.error("--input-dir is required")
+        p.error("--input-dir is required" + (" (or give --api-url to generate the predictions first)"
+                                             if with_api else ""))
+    if with_api and not args.api_url:
+        _warn_generation_flags_unused(p, args)
     unknown = set(args.extract_output_field) - set(args.datasets)
     if unknown:
-        p.error(f"--extract-output-field names datasets not in --datasets: {', '.join(sorted(unknown))}")
+        # The paper's READMEs say "add --extract-output-field api_bank" under a command scoring only `test`;
+        # its scorer ignores the name then, so we accept it too, but say so.
+        print(f"warning: --extract-output-field names datasets not in --datasets: {', '.join(sorted(unknown))} "
+              "(ignored)", file=sys.stderr)
     for flag in ("mauve_max_samples", "self_bleu_max_samples"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
+
+
+#: Flags that only shape generation requests (--api-key left out: its default comes from the environment).
+_GENERATION_FLAGS = ("model", "data_dir", "max_tokens", "temperature", "concurrency", "max_retries", "timeout")
+
+
+def _warn_generation_flags_unused(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One stderr line when generation flags were set without --api-url (they only shape the requests)."""
+    ignored = [f"--{name.replace('_', '-')}" for name in _GENERATION_FLAGS if getattr(args, name) != p.get_default(name)]
+    if ignored:
+        print(f"notice: {', '.join(ignored)} only apply with --api-url (generation); ignored, scoring "
+              f"{args.input_dir} as it is", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | None = None) -> int:
@@ -92,6 +119,7 @@ def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | N
     _check_args(p, args, with_api)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    from textwm._optional import MissingDependencyError, require
     from textwm.config import ConfigError, check_output_dir, exit_on_sigterm
     from textwm.data.jsonl import DataError
     from textwm.metrics import report
@@ -104,10 +132,12 @@ def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | N
             print(Path(paths["markdown"]).read_text())
             print("wrote " + ", ".join(str(v) for v in paths.values()))
             return 0
+        if args.rouge_impl == "pltrdy":
+            require("rouge", extra="metrics", package="rouge")  # fail before hours of generation or scoring
         if with_api and args.api_url:
             _generate(args)
         return _score(args)
-    except (DataError, ConfigError) as exc:
+    except (DataError, ConfigError, MissingDependencyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -138,8 +168,9 @@ def _score(args: argparse.Namespace) -> int:
     loaded = {name: read_predictions(path, on_error=args.on_bad_row) for name, path in files.items()}
     results = {}
     for name, (rows, n_bad) in loaded.items():
-        options = ScoreOptions(drop_errors=not args.keep_errors, drop_empty_ref=not args.keep_empty_ref,
-                               dedupe_by_index=not args.no_dedupe,
+        options = ScoreOptions(drop_errors=not args.keep_errors, drop_overlong=not args.keep_overlong,
+                               drop_empty_ref=not args.keep_empty_ref, dedupe_by_index=not args.no_dedupe,
+                               rouge_impl=args.rouge_impl,
                                extract_output_field=name in args.extract_output_field,
                                compute_mauve=not args.no_mauve, mauve_featurizer=args.mauve_featurizer,
                                mauve_max_samples=args.mauve_max_samples,

@@ -29,6 +29,36 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+#: Summary keys of dropped-row counts and their words in the markdown notes.
+DROP_LABELS = {"num_duplicates_dropped": "duplicate indices", "num_skipped_overlong": "overlong prompts",
+               "num_dropped_errors": "ERROR predictions", "num_empty_ref_dropped": "empty references",
+               "num_bad_rows_skipped": "malformed rows"}
+ROUGE_IMPL_LABELS = {"rouge_score": "rouge_score (Google rouge-score, rougeL F-measure)",
+                     "pltrdy": "pltrdy (PyPI rouge, rouge-l f, as the paper's evaluate.py)"}
+
+
+def _drop_notes(summaries: Summaries) -> list[str]:
+    """One note per dataset that lost rows: ``name: 3 overlong prompts, 1 ERROR predictions dropped``."""
+    notes = []
+    for name, summary in summaries.items():
+        parts = [f"{summary[k]} {label}" for k, label in DROP_LABELS.items() if summary.get(k)]
+        if parts:
+            notes.append(f"{name}: dropped {', '.join(parts)}.")
+    return notes
+
+
+def _rouge_note(summaries: Summaries) -> str:
+    """Which ROUGE-L implementation(s) the table's figures come from (summaries older than the choice: rouge_score)."""
+    impls = sorted({s.get("rouge_impl", "rouge_score") for s in summaries.values()})
+    note = "ROUGE-L: " + "; ".join(ROUGE_IMPL_LABELS.get(i, i) for i in impls)
+    if len(impls) > 1:
+        note += " (mixed: ROUGE-L values are not comparable across these)"
+    failed = {name: s["num_rouge_errors"] for name, s in summaries.items() if s.get("num_rouge_errors")}
+    if failed:
+        note += "; rows where the library failed, scored 0.0: " + ", ".join(f"{k}: {v}" for k, v in failed.items())
+    return note + "."
+
+
 def markdown_table(summaries: Summaries, *, first_column: str = "dataset") -> str:
     """One row per dataset (or ``run/dataset``), one column per metric."""
     header = [first_column, "N", *METRIC_LABELS.values()]
@@ -37,7 +67,8 @@ def markdown_table(summaries: Summaries, *, first_column: str = "dataset") -> st
         cells = [name, _fmt(summary.get("num_samples")), *(_fmt(summary.get(k)) for k in METRIC_LABELS)]
         lines.append("| " + " | ".join(cells) + " |")
     featurizers = {s.get("mauve_featurizer") for s in summaries.values() if s.get("mauve") is not None}
-    notes = ["N = rows kept after dropping errors, empty references and duplicate indices."]
+    notes = ["N = rows kept after dropping duplicate indices, overlong prompts, errors and empty references.",
+             *_drop_notes(summaries), _rouge_note(summaries)]
     if featurizers:
         sizes = ", ".join(f"{name}: {s.get('mauve_num_samples')}" for name, s in summaries.items()
                           if s.get("mauve") is not None)

@@ -6,7 +6,11 @@ normalises both sides and computes every metric once:
 * prediction text: the first of ``prediction_raw``, ``predicted``, ``generated`` present;
 * reference text: the first of ``reference``, ``expected``, ``ground_truth`` present;
 * kept rows: de-duplicated by ``index`` (first wins; rows without ``index`` are never merged),
-  ``ERROR...`` predictions and empty normalised references dropped — each drop counted.
+  rows whose prompt was too long to generate (:data:`SKIPPED_OVERLONG`) dropped, ``ERROR...``
+  predictions and empty normalised references dropped — each drop counted.
+
+ROUGE-L is Google ``rouge_score``'s by default, or pltrdy ``rouge``'s as the paper's scripts
+compute it (``ScoreOptions.rouge_impl``, see :mod:`textwm.metrics.overlap`); the summary records which.
 
 Per-row results go to ``<name>_scored.jsonl``; the dataset summary is a dict with the keys of
 :data:`SUMMARY_KEYS` (a metric with nothing to measure is ``None``, never a made-up 0).
@@ -25,10 +29,11 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from textwm.data.jsonl import DataError, OnError, read_jsonl, write_jsonl
+from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.text import extract_output_field, normalize
 from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES, distinct_n, self_bleu
 from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES, mauve_score
-from textwm.metrics.overlap import bleu_1, rouge_l_f1
+from textwm.metrics.overlap import ROUGE_IMPLS, bleu_1, rouge_l
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +44,9 @@ ERROR_PREFIX = "ERROR"
 
 #: Keys of a dataset summary, in report order.
 SUMMARY_KEYS = (
-    "num_samples", "num_dropped_errors", "num_empty_ref_dropped", "num_duplicates_dropped",
-    "exact_match", "semantic_match", "rouge_l_f1", "bleu_1", "self_bleu", "self_bleu_num_samples",
+    "num_samples", "num_dropped_errors", "num_skipped_overlong", "num_empty_ref_dropped", "num_duplicates_dropped",
+    "exact_match", "semantic_match", "rouge_l_f1", "rouge_impl", "num_rouge_errors", "bleu_1", "self_bleu",
+    "self_bleu_num_samples",
     "distinct_1", "distinct_2", "mauve", "mauve_featurizer", "mauve_num_samples", "num_bad_rows_skipped",
 )
 #: The metrics in [0, 1] that tables and charts show, with their display names.
@@ -61,6 +67,8 @@ class ScoreOptions:
     """What counts as a kept row, and how MAUVE is computed."""
 
     drop_errors: bool = True
+    #: Drop rows whose prompt was skipped as too long (:data:`SKIPPED_OVERLONG`).
+    drop_overlong: bool = True
     drop_empty_ref: bool = True
     dedupe_by_index: bool = True
     #: Reduce references to ``{output, exception}`` (api_bank-style datasets).
@@ -70,6 +78,12 @@ class ScoreOptions:
     mauve_max_samples: int = MAUVE_MAX_SAMPLES
     self_bleu_max_samples: int = SELF_BLEU_MAX_SAMPLES
     on_bad_row: OnError = "fail"
+    #: ROUGE-L implementation, one of :data:`textwm.metrics.overlap.ROUGE_IMPLS`.
+    rouge_impl: str = "rouge_score"
+
+    def __post_init__(self) -> None:
+        if self.rouge_impl not in ROUGE_IMPLS:
+            raise ValueError(f"ScoreOptions.rouge_impl={self.rouge_impl!r}: choose one of {', '.join(ROUGE_IMPLS)}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,15 @@ class PredictionRow:
     prediction: str
     reference: str
     line: int
+    #: The row's ``skipped_overlong`` field (False when absent).
+    skipped_overlong: bool = False
+
+    @property
+    def is_overlong(self) -> bool:
+        """The generator skipped this row's prompt as too long: the ``skipped_overlong`` flag is set or the
+        prediction is the marker :data:`textwm.data.markers.SKIPPED_OVERLONG` (the paper's
+        ``wedlm/eval_generate.py`` ``run_dataset`` writes both; its ``wedlm/evaluate.py`` drops on the flag)."""
+        return self.skipped_overlong or self.prediction == SKIPPED_OVERLONG
 
 
 def _first_field(row: dict, names: Sequence[str], what: str) -> str:
@@ -99,67 +122,96 @@ def read_predictions(path: str | Path, *, on_error: OnError = "fail") -> tuple[l
     def validate(obj: Any) -> dict:
         if not isinstance(obj, dict):
             raise DataError(f"row must be a JSON object, got {type(obj).__name__}")
+        overlong = obj.get("skipped_overlong")
+        if overlong is not None and not isinstance(overlong, bool):
+            raise DataError(f"skipped_overlong must be true/false, got {overlong!r}", field="skipped_overlong")
         return {"index": obj.get("index"), "prediction": _first_field(obj, PREDICTION_FIELDS, "prediction"),
-                "reference": _first_field(obj, REFERENCE_FIELDS, "reference")}
+                "reference": _first_field(obj, REFERENCE_FIELDS, "reference"), "skipped_overlong": bool(overlong)}
 
     report = read_jsonl(path, validate=validate, on_error=on_error)
     rows = [PredictionRow(line=line, **row) for row, line in zip(report.rows, report.line_numbers)]
     return rows, len(report.skipped)
 
 
-def score_rows(rows: Sequence[PredictionRow], options: ScoreOptions = ScoreOptions(), *, name: str = ""
-               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Score prediction rows; returns ``(summary, per-row records)``."""
+def _keep_rows(rows: Sequence[PredictionRow], options: ScoreOptions
+               ) -> tuple[list[tuple[PredictionRow, str, str]], dict[str, int]]:
+    """The rows that count, as ``(row, clean prediction, clean reference)``, and the drop counts by summary key.
+
+    Order of the checks: duplicate index, overlong prompt, ERROR prediction, empty reference.
+    """
     kept: list[tuple[PredictionRow, str, str]] = []
     seen: set = set()
-    n_dup = n_err = n_empty = 0
+    drops = dict.fromkeys(("num_duplicates_dropped", "num_skipped_overlong", "num_dropped_errors",
+                           "num_empty_ref_dropped"), 0)
     for row in rows:
         if options.dedupe_by_index and row.index is not None:
             key = json.dumps(row.index, sort_keys=True)
             if key in seen:
-                n_dup += 1
+                drops["num_duplicates_dropped"] += 1
                 continue
             seen.add(key)
+        if options.drop_overlong and row.is_overlong:
+            drops["num_skipped_overlong"] += 1
+            continue
         if options.drop_errors and row.prediction.startswith(ERROR_PREFIX):
-            n_err += 1
+            drops["num_dropped_errors"] += 1
             continue
         pred = normalize(row.prediction)
         ref = extract_output_field(row.reference) if options.extract_output_field else normalize(row.reference)
         if options.drop_empty_ref and not ref.strip():
-            n_empty += 1
+            drops["num_empty_ref_dropped"] += 1
             continue
         kept.append((row, pred, ref))
+    return kept, drops
 
+
+def score_rows(rows: Sequence[PredictionRow], options: ScoreOptions = ScoreOptions(), *, name: str = ""
+               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Score prediction rows; returns ``(summary, per-row records)``."""
+    kept, drops = _keep_rows(rows, options)
     preds = [p for _, p, _ in kept]
     refs = [r for _, _, r in kept]
     records: list[dict[str, Any]] = []
     n_exact = n_semantic = 0
     rouge_sum = 0.0
+    rouge_errors: dict[str, int] = {}
     for row, pred, ref in tqdm(kept, desc=f"scoring {name}".strip(), unit="row", mininterval=2.0,
                                disable=len(kept) < 2000):
         exact = pred == ref
         semantic = _semantic_match(pred, ref)
-        rouge = rouge_l_f1(pred, ref)
+        rouge, rouge_error = rouge_l(pred, ref, options.rouge_impl)
         n_exact += exact
         n_semantic += semantic
         rouge_sum += rouge
-        records.append({"index": row.index, "prediction_raw": row.prediction, "prediction_clean": pred,
-                        "reference_raw": row.reference, "reference_clean": ref, "match": exact,
-                        "semantic_match": semantic, "rouge_l_f1": rouge})
+        record = {"index": row.index, "prediction_raw": row.prediction, "prediction_clean": pred,
+                  "reference_raw": row.reference, "reference_clean": ref, "match": exact,
+                  "semantic_match": semantic, "rouge_l_f1": rouge}
+        if rouge_error is not None:
+            record["rouge_l_error"] = rouge_error
+            kind = rouge_error.partition(":")[0]
+            rouge_errors[kind] = rouge_errors.get(kind, 0) + 1
+        records.append(record)
 
     n = len(kept)
     if n == 0:
-        log.warning("%s: no rows left to score (%d errors, %d empty references, %d duplicates dropped)",
-                    name or "dataset", n_err, n_empty, n_dup)
+        log.warning("%s: no rows left to score (dropped: %s)", name or "dataset",
+                    ", ".join(f"{k}={v}" for k, v in drops.items()))
+    if rouge_errors:
+        log.warning("%s: %s ROUGE-L failed on %d of %d rows (%s), each scored 0.0 as the paper's evaluate.py does; "
+                    "see rouge_l_error in the scored rows", name or "dataset", options.rouge_impl,
+                    sum(rouge_errors.values()), n, ", ".join(f"{k}: {v}" for k, v in sorted(rouge_errors.items())))
     sb, sb_n = self_bleu(preds, max_samples=options.self_bleu_max_samples)
     summary: dict[str, Any] = {
         "num_samples": n,
-        "num_dropped_errors": n_err,
-        "num_empty_ref_dropped": n_empty,
-        "num_duplicates_dropped": n_dup,
+        "num_dropped_errors": drops["num_dropped_errors"],
+        "num_skipped_overlong": drops["num_skipped_overlong"],
+        "num_empty_ref_dropped": drops["num_empty_ref_dropped"],
+        "num_duplicates_dropped": drops["num_duplicates_dropped"],
         "exact_match": n_exact / n if n else None,
         "semantic_match": n_semantic / n if n else None,
         "rouge_l_f1": rouge_sum / n if n else None,
+        "rouge_impl": options.rouge_impl,
+        "num_rouge_errors": sum(rouge_errors.values()),
         "bleu_1": bleu_1(preds, refs),
         "self_bleu": sb,
         "self_bleu_num_samples": sb_n,
