@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Protocol
 
 from textwm.data.jsonl import DataError
 from textwm.data.schema import parse_messages
-from textwm.envs.protocol import EnvError, EnvSession, ResetResult
+from textwm.envs.protocol import EnvError, EnvSession, PaperForm, ResetResult
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ class EnvSpec:
     reset_options: ClassVar[tuple[str, ...]] = ()
     #: Config dataclass of a real env session (its fields become env-server flags); None: no options.
     session_config: ClassVar[type | None] = None
+    #: The paper repository's wire form of this env's server, answered beside ours; None: ours only.
+    paper_form: ClassVar[PaperForm | None] = None
     #: The env's expert reads only the conversation (:meth:`expert_reply_to`), so it plays in the world model too.
     conversation_expert: ClassVar[bool] = False
 

@@ -10,6 +10,12 @@ Routes (JSON bodies)::
     GET    /health   workers alive, sessions, capacity
     GET    /metrics  counters in the Prometheus text format
 
+An env whose spec has a ``paper_form`` (:class:`~textwm.envs.protocol.PaperForm`) is also answered in the
+wire form of the paper's server for that env (ScienceWorld: ``POST /`` / ``DELETE /``; ALFWorld: ``/reset``,
+``/step``, ``/close`` bodies keyed by ``task_id``), on the same pool: a :class:`KeyedSessions` table maps the
+client's key to one of our sessions. Failures there answer as on our routes (non-2xx, the JSON error below),
+not as the paper's 200 with ``{"error"}``.
+
 A reset without ``session_id`` opens a new session (a new env on a worker); with one, it plays the
 new task in that session's env. Every reset without ``session_id`` is its own session, so parallel
 copies of one task never share state.
@@ -25,6 +31,7 @@ env died; the message names the crash; reset a new session); 503 no capacity (``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -40,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from textwm.config import ConfigCLI, option
 from textwm.envs.contract import EnvSpec
 from textwm.envs.pool import PoolConfig, WorkerPool
-from textwm.envs.protocol import EnvError
+from textwm.envs.protocol import EnvError, PaperForm, SessionLost, UnknownSession
 from textwm.envs.registry import spec_from_cli
 from textwm.web import (
     BadBody,
@@ -119,6 +126,171 @@ def reset_request_model(spec: EnvSpec) -> type[_ResetBase]:
     return create_model(f"{spec.class_prefix or spec.name}ResetRequest", __base__=_ResetBase, **options)
 
 
+# --- the paper's wire form ----------------------------------------------------------------------------
+
+
+class KeyedSessions:
+    """Sessions named by a key the client picks (the paper's ``task_id``): key -> one of the pool's sessions.
+
+    Requests of one key run one at a time, in arrival order (so two first steps of a key open one session, not
+    two). A key whose session ended (closed by id, expired, lost) is forgotten when a request finds that out,
+    and the table drops such keys whenever a key is added, so it never holds more than the live sessions and
+    the keys added since. State of one server (``app.state.keyed_sessions``), not of the module.
+    """
+
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+        self._ids: dict[str, str] = {}
+        #: key -> [its lock, requests holding or waiting for it]; an entry lives while a request of the key does.
+        self._turns: dict[str, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def session_of(self, key: str) -> str | None:
+        return self._ids.get(key)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, key: str) -> AsyncIterator[None]:
+        entry = self._turns.setdefault(key, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._turns[key]
+
+    def _add(self, key: str, session_id: str) -> None:
+        live = set(self.pool.session_ids())
+        self._ids = {k: sid for k, sid in self._ids.items() if sid in live}
+        self._ids[key] = session_id
+
+    def _gone(self, key: str, exc: EnvError) -> EnvError:
+        """Forget ``key`` (its session ended) and say so in the error the client gets."""
+        self._ids.pop(key, None)
+        return type(exc)(f"task_id {key!r}: {exc}")
+
+    async def start(self, key: str, task_id: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(Re)start ``key`` on ``task_id``: in its session if it has a live one (the env reused), else in a new
+        session. Returns (session id, the pool's reset reply)."""
+        async with self._turn(key):
+            session_id = self._ids.get(key)
+            if session_id is not None:
+                try:
+                    return session_id, await self.pool.reset(task_id, options=options, session_id=session_id)
+                except (UnknownSession, SessionLost) as exc:
+                    self._ids.pop(key, None)
+                    log.info("task_id %r: its session %s ended (%s); opening a new one", key, session_id, exc)
+            reply = await self.pool.reset(task_id, options=options)
+            self._add(key, reply["session_id"])
+            return reply["session_id"], reply
+
+    async def step(self, key: str, action: str, opener: Any = None) -> tuple[str, dict[str, Any]]:
+        """Step ``key``'s session; a key without one: 404, or, with ``opener`` (key -> (task id, options)), a new
+        session first. Returns (session id, the pool's step reply)."""
+        async with self._turn(key):
+            session_id = self._ids.get(key)
+            if session_id is None:
+                if opener is None:
+                    raise UnknownSession(f"no session for task_id {key!r}; reset it first")
+                task_id, options = opener(key)
+                session_id = (await self.pool.reset(task_id, options=options))["session_id"]
+                self._add(key, session_id)
+            try:
+                return session_id, await self.pool.step(session_id, action)
+            except (UnknownSession, SessionLost) as exc:
+                raise self._gone(key, exc) from None
+
+    async def close(self, key: str) -> str | None:
+        """Close ``key``'s session; returns its id, None when the key had no live session (not an error)."""
+        async with self._turn(key):
+            session_id = self._ids.pop(key, None)
+            if session_id is None:
+                return None
+            try:
+                await self.pool.close_session(session_id)
+            except (UnknownSession, SessionLost) as exc:  # ended already (expired, lost): nothing left to free
+                log.info("task_id %r: session %s had ended already: %s", key, session_id, exc)
+                return None
+            return session_id
+
+
+#: Our own POST routes; a paper form that uses one of these paths shares it, told apart by the body.
+_OWN_POST_PATHS = frozenset({"/reset", "/step"})
+
+
+class _PaperRoutes:
+    """The routes of a spec's :class:`~textwm.envs.protocol.PaperForm` on one app, over :class:`KeyedSessions`."""
+
+    def __init__(self, form: PaperForm, keyed: KeyedSessions, parse: Any, env_error: Any):
+        self.form, self.keyed, self._parse, self._env_error = form, keyed, parse, env_error
+        key = (str, Field(min_length=1, description="the client's name of the session (the paper's task_id)"))
+        self.step_model = create_model("PaperStepRequest", __base__=_Request, task_id=key,
+                                       action=(str | None, Field(default=None)))
+        self.reset_model = create_model("PaperResetRequest", __base__=_Request, task_id=key,
+                                        **{f: (str | None, Field(default=None)) for f in form.reset_fields})
+        self.close_model = create_model("PaperCloseRequest", __base__=_Request, task_id=key)
+
+    def mount(self, app: FastAPI) -> None:
+        """Routes for the form's paths that are not ours (a shared path dispatches in our handler)."""
+        for path in self.form.step_paths:
+            if path not in _OWN_POST_PATHS:
+                app.post(path)(self._own_step)
+        for path in self.form.reset_paths:
+            if path not in _OWN_POST_PATHS:
+                app.post(path)(self._own_reset)
+        for path in self.form.close_paths:
+            app.delete(path)(self.close)
+
+    def claims_step(self, request: Request, body: dict[str, Any]) -> bool:
+        return request.url.path in self.form.step_paths and "task_id" in body and "session_id" not in body
+
+    def claims_reset(self, request: Request, body: dict[str, Any]) -> bool:
+        return request.url.path in self.form.reset_paths and any(f in body for f in self.form.reset_fields)
+
+    async def _own_step(self, request: Request):
+        return await self.step(request, None)
+
+    async def _own_reset(self, request: Request):
+        return await self.reset(request, None)
+
+    async def step(self, request: Request, body: dict[str, Any] | None):
+        req = await self._parse(request, self.step_model, body)
+        if isinstance(req, JSONResponse):
+            return req
+        action = self.form.default_action if req.action is None else req.action
+        try:
+            session_id, reply = await self.keyed.step(
+                req.task_id, action, self.form.start_of_key if self.form.open_on_step else None)
+        except EnvError as exc:
+            return self._env_error(request, exc)
+        return JSONResponse({**self.form.step_reply(reply), "session_id": session_id})
+
+    async def reset(self, request: Request, body: dict[str, Any] | None):
+        req = await self._parse(request, self.reset_model, body)
+        if isinstance(req, JSONResponse):
+            return req
+        fields = req.model_dump()
+        try:
+            task_id, options = self.form.start_of_reset(fields)
+            session_id, reply = await self.keyed.start(req.task_id, task_id, options)
+        except EnvError as exc:
+            return self._env_error(request, exc)
+        return JSONResponse({**self.form.reset_reply(reply, fields), "session_id": session_id})
+
+    async def close(self, request: Request):
+        req = await self._parse(request, self.close_model)
+        if isinstance(req, JSONResponse):
+            return req
+        try:
+            session_id = await self.keyed.close(req.task_id)
+        except EnvError as exc:
+            return self._env_error(request, exc)
+        return {"status": "closed", **({"session_id": session_id} if session_id else {})}
+
+
 # --- the app ----------------------------------------------------------------------------------------
 
 
@@ -145,18 +317,36 @@ def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any =
             log.warning("%d %s: %s", exc.status, exc.http_type, exc)
         return error_response(request, exc.status, str(exc), exc.http_type)
 
-    async def parse(request: Request, model: type[_Request]) -> Any:
-        """The validated body, or the JSONResponse to send back (400 malformed JSON, 422 schema)."""
+    async def parse(request: Request, model: type[_Request], body: Any = None) -> Any:
+        """The validated body (read unless given), or the JSONResponse to send back (400 malformed JSON, 422
+        schema)."""
         try:
-            return model.model_validate(await read_json_body(request))
+            return model.model_validate(await read_json_body(request) if body is None else body)
         except BadBody as exc:
             return error_response(request, 400, str(exc), "invalid_request_error")
         except ValidationError as exc:
             return error_response(request, 422, validation_message(exc), "invalid_request_error")
 
+    paper = spec.paper_form
+    paper_routes = _PaperRoutes(paper, KeyedSessions(pool), parse, env_error) if paper is not None else None
+    if paper_routes is not None:
+        app.state.keyed_sessions = paper_routes.keyed
+        paper_routes.mount(app)
+
+    async def body_of(request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            return await read_json_body(request)
+        except BadBody as exc:
+            return error_response(request, 400, str(exc), "invalid_request_error")
+
     @app.post("/reset")
     async def reset(request: Request):
-        req = await parse(request, ResetRequest)
+        body = await body_of(request)
+        if isinstance(body, JSONResponse):
+            return body
+        if paper_routes is not None and paper_routes.claims_reset(request, body):
+            return await paper_routes.reset(request, body)
+        req = await parse(request, ResetRequest, body)
         if isinstance(req, JSONResponse):
             return req
         options = {name: getattr(req, name) for name in spec.reset_options}
@@ -169,7 +359,12 @@ def create_env_app(spec: EnvSpec, pool_config: PoolConfig, session_config: Any =
 
     @app.post("/step")
     async def step(request: Request):
-        req = await parse(request, StepRequest)
+        body = await body_of(request)
+        if isinstance(body, JSONResponse):
+            return body
+        if paper_routes is not None and paper_routes.claims_step(request, body):
+            return await paper_routes.step(request, body)
+        req = await parse(request, StepRequest, body)
         if isinstance(req, JSONResponse):
             return req
         try:

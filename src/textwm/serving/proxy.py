@@ -12,9 +12,14 @@ server (lmdeploy takes them per server, vLLM has none).
 Success: ``200 {"generated_text", "usage"}``. Failure: a non-2xx status with the shared error body
 (:mod:`textwm.web`: 400 bad JSON, 422 a field it does not know or a bad value, 502 upstream
 unreachable or failing, 504 no answer within ``--timeout``, the upstream's 4xx passed through); never
-an empty text presented as success. ``--timeout`` bounds the whole request, retries included
-(retries only after connection errors and 5xx). ``--upstream-api-key`` is sent upstream; the proxy's
-own ``--api-key`` guards it.
+an empty text presented as success (the paper's proxies answered 200 ``{"generated_text": "", "error"}``;
+its plugins call ``raise_for_status()``, so they see ours as failures). ``--timeout`` bounds the whole
+request, retries included (retries only after connection errors and 5xx). ``--upstream-api-key`` is sent
+upstream; the proxy's own ``--api-key`` guards it.
+
+``POST /predict`` is the same route: three of the paper's ScienceWorld GRPO scripts and all four AppWorld
+ones set ``WM_ENDPOINT=http://localhost:30000/predict`` (the paper's proxies, ``alfworld/wm_proxy.py`` and
+``appworld/wm_proxy.py``, answered a POST on any path with one handler).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from textwm.web import (
 log = logging.getLogger(__name__)
 
 UPSTREAM_KINDS = ("auto", "native", "lmdeploy", "vllm")
+#: Paths of the WM payload: ours, and the paper's scripts' ``WM_ENDPOINT=.../predict`` (one handler).
+PAYLOAD_PATHS = ("/", "/predict")
 #: ``owned_by`` of /v1/models entries -> upstream kind (anything else: treated as vLLM-like).
 _OWNER_KINDS = {"textwm": "native", "lmdeploy": "lmdeploy", "vllm": "vllm"}
 
@@ -166,7 +173,6 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
     app = make_app("textwm WM proxy", security, lifespan)
     app.state.upstream = upstream
 
-    @app.post("/")
     async def predict(request: Request):
         try:
             body = await read_json_body(request)
@@ -185,6 +191,9 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
             log.warning("request failed (%d): %s", exc.status, exc)
             return error_response(request, exc.status, str(exc),
                                   "upstream_error" if exc.status >= 500 else "invalid_request_error")
+
+    for path in PAYLOAD_PATHS:
+        app.post(path)(predict)
 
     @app.get("/health")
     async def health():

@@ -22,6 +22,7 @@ from typing import Any
 from textwm.data.jsonl import DataError
 from textwm.envs.alfworld import agent, reward
 from textwm.envs.alfworld.env import AlfWorldSessionConfig
+from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
 from textwm.envs.alfworld.rows import sim_task_of, task_id_from_game_file
 from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import AlfWorldEpisode
@@ -44,6 +45,8 @@ class AlfWorldSpec(EnvSpec):
     default_max_turns = agent.DEFAULT_MAX_TURNS
     success_score = reward.SUCCESS_SCORE
     session_config = AlfWorldSessionConfig
+    #: The paper's env-server wire form (``/reset``, ``/step``, ``/close`` by task-id key), answered beside ours.
+    paper_form = AlfWorldPaperForm()
 
     # --- rows ----------------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
 from textwm.envs.sciworld import agent, reward
 from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, check_task, parse_task_id
+from textwm.envs.sciworld.paper_form import SciWorldPaperForm
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
 
@@ -58,6 +59,8 @@ class SciWorldSpec(EnvSpec):
     success_score = reward.SUCCESS_SCORE
     reset_options = ("simplification",)
     session_config = SciWorldSessionConfig
+    #: The paper's env-server wire form (``POST /`` / ``DELETE /`` by task-id key), answered beside ours.
+    paper_form = SciWorldPaperForm()
 
     # --- rows ----------------------------------------------------------------------------------------
 
