@@ -9,11 +9,7 @@ slow. Where the paper's servers answered 200 ``{"error"}``, ours answer a non-2x
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import socket
-import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,29 +18,17 @@ import requests
 
 uvicorn = pytest.importorskip("uvicorn")
 
+from tests.loopback import serving as _serving  # noqa: E402
 from textwm.envs import get_env  # noqa: E402
 from textwm.envs.pool import PoolConfig  # noqa: E402
 from textwm.envs.server import create_env_app  # noqa: E402
 
 
-@contextlib.contextmanager
 def serving(app):
-    """``app`` served by uvicorn on a free loopback port in a thread (its lifespan starts the worker pool)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 180
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the env server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
+    """The env app on a loopback port: its worker pool starts real envs (a JVM: up to minutes)."""
+    return _serving(app, start_timeout=180)
+
+
 
 
 def error_of(r) -> str:

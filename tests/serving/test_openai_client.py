@@ -7,16 +7,14 @@ join to the plain response's text.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
+from tests.loopback import serving as running
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
 from textwm.serving.app import create_app
@@ -30,24 +28,6 @@ LOOK = [{"role": "user", "content": "look around"}]
 PROMPT = "The door"
 
 
-@contextlib.contextmanager
-def running(app):
-    """``app`` served by uvicorn on a free loopback port (in a thread); yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
 
 
 @pytest.fixture(scope="module", params=["sdar", pytest.param("wedlm", marks=pytest.mark.slow),

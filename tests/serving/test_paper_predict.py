@@ -9,16 +9,14 @@ so ``/predict`` and ``/`` must give the same text.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
-import time
 
 import pytest
 import requests
 
 uvicorn = pytest.importorskip("uvicorn")
 
+from tests.loopback import serving  # noqa: E402
 from textwm.clients.retry import RetryPolicy  # noqa: E402
 from textwm.generation.settings import DecodeSettings  # noqa: E402
 from textwm.models.checkpoint import load_model  # noqa: E402
@@ -35,24 +33,6 @@ APPWORLD_INPUT = {"state": [{"role": "user", "content": "Find my latest Spotify 
                   "system_prompt": "You simulate AppWorld APIs.", "max_tokens": 8, "num_diffusion_steps": 1}
 
 
-@contextlib.contextmanager
-def serving(app):
-    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
 
 
 def paper_call_world_model(endpoint: str, inp: dict) -> str:
