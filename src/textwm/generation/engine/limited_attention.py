@@ -21,6 +21,8 @@ Float64 has no tensor-core ``dot`` here: the engine keeps SDPA for it (:func:`su
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -47,8 +49,7 @@ def supports(q: torch.Tensor, head_dim: int) -> str | None:
 
 
 def _interpreting() -> bool:
-    import os
-
+    """Triton's CPU interpreter (``TRITON_INTERPRET=1``, for developing the kernel without a GPU) is on."""
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
