@@ -162,7 +162,7 @@ def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedPro
                        dllm=dllm)
     argv = server_command(spec)
     if backend == "native":
-        argv += ["--temperature", "0", "--max-queue", str(4 * args.requests)]
+        argv += ["--temperature", "0", "--max-queue", str(4 * args.requests), *args.server_args.split()]
     else:   # lmdeploy: as a module of this interpreter (its wheel's script may not be on PATH); bf16, shared GPU
         argv = [sys.executable, "-m", *argv, "--dtype", "bfloat16", "--cache-max-entry-count",
                 str(args.lmdeploy_cache_share)]
@@ -264,6 +264,7 @@ def main() -> int:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--dllm-block-length", type=int, default=None)
     p.add_argument("--dllm-denoising-steps", type=int, default=None)
+    p.add_argument("--server-args", default="", help="more flags for the native server, e.g. '--join-min-rows 16'")
     p.add_argument("--lmdeploy-cache-share", type=float, default=0.3, help="lmdeploy --cache-max-entry-count")
     p.add_argument("--start-timeout", type=float, default=300)
     p.add_argument("--out", default="runs/bench_wm_stack.json")

@@ -52,6 +52,9 @@ class ServerConfig:
     max_batch_size: int = option(32, "rows decoded together")
     max_queue: int = option(256, "requests waiting at most; more get 503")
     batch_wait_ms: float = option(5.0, "--scheduler batch: how long a batch waits for company")
+    join_min_rows: int = option(0, "--scheduler continuous: queued requests join the running rows once this many "
+                                   "wait (0: max-batch-size / 8; 1: at every step)")
+    join_wait_ms: float = option(20.0, "--scheduler continuous: ... or once the oldest has waited this long")
     scheduler: str = option("auto", "continuous (requests join and leave the running rows at every block/step: "
                                     "the decode engine), batch (whole batches through the reference decoders), "
                                     "auto (continuous where the engine runs the architecture)",
@@ -76,7 +79,8 @@ class ServerConfig:
         return EngineConfig(
             served_model_name=self.served_model_name or Path(self.model_path.rstrip("/")).name,
             defaults=self.decode, max_batch_size=self.max_batch_size, max_queue=self.max_queue,
-            batch_wait_ms=self.batch_wait_ms, max_model_len=self.max_model_len, scheduler=self.scheduler,
+            batch_wait_ms=self.batch_wait_ms, join_min_rows=self.join_min_rows, join_wait_ms=self.join_wait_ms,
+            max_model_len=self.max_model_len, scheduler=self.scheduler,
             allow_client_chat_template=self.allow_client_chat_template)
 
 

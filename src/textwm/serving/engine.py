@@ -109,6 +109,10 @@ class EngineConfig:
     max_queue: int = 256
     #: Batch scheduler: how long a batch waits for company.
     batch_wait_ms: float = 5.0
+    #: Continuous scheduler: queued requests join the running rows once this many wait (0: max_batch_size / 8)...
+    join_min_rows: int = 0
+    #: ... or once the oldest has waited this long.
+    join_wait_ms: float = 20.0
     #: Prompt + max_tokens must fit in this many tokens.
     max_model_len: int = 8192
     #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
@@ -171,11 +175,15 @@ class Engine:
             from textwm.generation.engine.static_model import UnsupportedModel
 
             def make_engine() -> Any:
-                return DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
-                                    max_rows=c.max_batch_size, max_len=c.max_model_len)
+                engine = DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
+                                      max_rows=c.max_batch_size, max_len=c.max_model_len)
+                if engine.net.device.type == "cuda":
+                    engine.warm_up(c.defaults)   # compiles and graph captures before the first request
+                return engine
             try:
                 scheduler = ContinuousScheduler(make_engine, self._intake, max_batch_size=c.max_batch_size,
-                                                metrics=self.metrics)
+                                                metrics=self.metrics, join_min_rows=c.join_min_rows,
+                                                join_wait_ms=c.join_wait_ms)
                 log.info("continuous batching: a KV cache of %d rows x %d tokens (--max-batch-size x "
                          "--max-model-len)", c.max_batch_size, c.max_model_len)
                 return scheduler

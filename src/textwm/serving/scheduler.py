@@ -15,6 +15,10 @@ the request's event loop), or one :class:`~textwm.serving.streaming.RowsFailed`.
   come first served: a request that cannot join (incompatible settings, or more rows than are free)
   waits at the head of the queue, and those behind it wait too, until the running rows drain
   enough; so no request is passed over for ever (vLLM's scheduler is FCFS in the same way).
+  While rows are running, queued requests join in groups: once ``join_min_rows`` requests wait (or as
+  many as there are free rows), or the oldest has waited ``join_wait_ms``. A join runs an eager prefill,
+  which on a small model costs several decode steps of host time; joining one request per step would
+  spend most of the worker on prefills.
 
 A decoder exception fails the requests it was serving (``DecodeFailed``) and the worker carries on.
 """
@@ -98,6 +102,13 @@ class Intake:
             if not work.abandoned:  # the client went away while it waited
                 return work
 
+    def oldest_wait(self, now: float) -> float:
+        """Seconds the first request in line has waited (0 when none waits)."""
+        if self.held:
+            return now - self.held[0].enqueued
+        with self.queue.mutex:
+            return now - self.queue.queue[0].enqueued if self.queue.queue else 0.0
+
     def drain(self) -> list[Work]:
         works = list(self.held)
         self.held.clear()
@@ -177,15 +188,22 @@ class ContinuousScheduler:
         intake: the request queue.
         max_batch_size: rows decoded together at most (the engine's ``max_rows``).
         metrics: step, token and occupancy counters.
+        join_min_rows: while rows run, queued requests join once this many wait (or as many as rows are free);
+            0: an eighth of ``max_batch_size``; 1: every step.
+        join_wait_ms: ... or once the oldest has waited this long.
     """
 
     def __init__(self, make_engine: Callable[[], Any], intake: Intake, *, max_batch_size: int,
-                 metrics: ServerMetrics):
+                 metrics: ServerMetrics, join_min_rows: int = 0, join_wait_ms: float = 20.0):
+        if join_min_rows < 0 or join_wait_ms < 0:
+            raise ValueError(f"join_min_rows and join_wait_ms must be >= 0, got {join_min_rows} and {join_wait_ms}")
         self.make_engine = make_engine
         self.engine = make_engine()
         self.intake = intake
         self.max_rows = min(max_batch_size, self.engine.max_rows)
         self.metrics = metrics
+        self.join_min_rows = join_min_rows or max(1, self.max_rows // 8)
+        self.join_wait_s = join_wait_ms / 1000
         self.active: dict[tuple[int, int], tuple[Work, int]] = {}   # engine key -> (request, row)
 
     def _free_rows(self) -> int:
@@ -219,8 +237,21 @@ class ContinuousScheduler:
             work.post(RowsFailed(RowsRefused(f"the decode engine refused the request: {exc}")))
         return True
 
+    def _join_now(self) -> bool:
+        """Whether queued requests join at this step boundary (the class docstring: joins come in groups)."""
+        if self.engine.num_active == 0:
+            return True
+        waiting = self.intake.depth
+        if waiting == 0:
+            return False
+        if waiting >= min(self.join_min_rows, self._free_rows()):
+            return True
+        return self.intake.oldest_wait(time.perf_counter()) >= self.join_wait_s
+
     def _admit_queued(self) -> None:
         """At a step boundary: admit queued requests in order while they fit (blocking while idle)."""
+        if not self._join_now():
+            return
         while self._free_rows() > 0:
             idle = self.engine.num_active == 0
             work = self.intake.take(timeout=IDLE_POLL_S if idle else None)

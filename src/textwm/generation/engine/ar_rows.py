@@ -19,12 +19,14 @@ from textwm.generation.settings import DecodeSettings
 
 
 class ARRows(Rows):
-    """Row state: the last token and its position ``[rows]`` (the next forward's input); budgets."""
+    """Row state: the last token and its position ``[rows]`` (the next forward's input); budgets. The host keeps
+    each row's position too (``host_pos``), so a step's ``kv_len`` needs no device read."""
 
     def __init__(self, ctx: RowsContext):
         super().__init__(ctx)
         self.last = torch.full((self.max_rows,), ctx.pad_id, dtype=torch.long, device=self.device)
         self.pos = torch.zeros(self.max_rows, dtype=torch.long, device=self.device)
+        self.host_pos: dict[int, int] = {}
         self.budgets: dict[int, int] = {}
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
@@ -36,11 +38,13 @@ class ARRows(Rows):
         logits = self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)          # [n, V]
         self.count_forward(slots)
         self.pos[idx] = torch.tensor([len(p) - 1 for p in prompts], device=self.device)   # _advance moves it on
+        self.host_pos.update((slot, len(p) - 1) for slot, p in zip(slots, prompts))
         self.budgets.update(zip(slots, budgets))
-        return self._advance(slots, self._sample(logits, idx))
+        return self._advance(slots, idx, self._sample(logits, idx))
 
     def reset(self, slot: int) -> None:
         self.pos[slot] = 0
+        self.host_pos.pop(slot, None)
         self.budgets.pop(slot, None)
 
     def _sample(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -50,31 +54,34 @@ class ARRows(Rows):
         return sample_rows(logits, self.sampling(self.max_rows).take(rows), generator=self.ctx.generator).tokens
 
     def step(self) -> list[Update]:
-        b, _ = self.bucket()
-        pos = self.pos[:b, None]
-        logits = self.ctx.forward(self.last[:b, None], pos, pos, pos + 1, kv_len=int(pos.max()) + 1)
+        v = self.view()
+        pos = self.pos[:v.b, None]
+        kv_len = max(self.host_pos[s] for s in v.rows) + 1
+        logits = self.ctx.forward(self.last[:v.b, None], pos, pos, pos + 1, kv_len=kv_len)
         self.count_forward()
-        rows = sorted(self.active)
-        idx = torch.tensor(rows, device=self.device)
-        return self._advance(rows, self._sample(logits[idx, 0], idx))
+        return self._advance(v.rows, v.idx, self._sample(logits[v.idx, 0], v.idx))
 
-    def _advance(self, rows: list[int], tokens: torch.Tensor) -> list[Update]:
-        """Append each row's new token; rows at a stop id or their budget finish."""
-        updates, going = [], []
+    def _advance(self, rows: list[int], idx: torch.Tensor, tokens: torch.Tensor) -> list[Update]:
+        """Append each row's new token (``tokens [n]`` on the device, of engine rows ``rows`` / ``idx``); rows at a
+        stop id or their budget finish.
+
+        The next forward's inputs move on for every row on the device first, without a host round trip (a
+        finishing row's are reset by :meth:`finish`); then the tokens are read, the step's one synchronisation.
+        """
+        self.last[idx] = tokens
+        self.pos[idx] += 1
+        if self.penalize:
+            self.seen[idx, tokens] = True     # rows without a penalty have penalty 1: their marks change nothing
+        updates = []
         for slot, tok in zip(rows, tokens.tolist()):
             out = self.outputs[slot]
             if tok in self.stop_set:
                 updates.append((slot, [], self.finish(slot, Generation(token_ids=out, finish_reason="stop"))))
                 continue
             out.append(tok)
-            self.mark_seen(slot, [tok])
+            self.host_pos[slot] += 1
             if len(out) >= self.budgets[slot]:
                 updates.append((slot, [tok], self.finish(slot, Generation(token_ids=out, finish_reason="length"))))
             else:
                 updates.append((slot, [tok], None))
-                going.append((slot, tok))
-        if going:
-            idx = torch.tensor([g[0] for g in going], device=self.device)
-            self.last[idx] = torch.tensor([g[1] for g in going], device=self.device)
-            self.pos[idx] += 1
         return updates

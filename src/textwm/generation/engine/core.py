@@ -24,6 +24,7 @@ rule sets, :mod:`~textwm.generation.wedlm`); their greedy output is the engine's
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -237,6 +238,14 @@ class DecodeEngine:
             raise
         return results  # type: ignore[return-value]
 
+
+    def warm_up(self, settings: DecodeSettings) -> None:
+        """Compile and capture, before the first request, what it would otherwise wait for (seconds on CUDA):
+        the layer functions for prefills of one and of two rows (dynamo specialises a size of 1) and the
+        decode graphs of the smallest row buckets, under ``settings``' step structure."""
+        settings = dataclasses.replace(settings, gen_length=min(settings.gen_length, 8), seed=None)
+        for prompts in ([[self.pad_id] * 3], [[self.pad_id] * 5, [self.pad_id] * 9]):
+            self.generate(prompts, settings)
 
     def _sync(self) -> None:
         if self.net.device.type == "cuda":

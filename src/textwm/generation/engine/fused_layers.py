@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
@@ -162,6 +163,9 @@ class FusedLayers:
             # specialises sizes 0/1): a process that runs several models (the test suite, a benchmark)
             # passes dynamo's default of 8 graphs per function, past which fullgraph compilation raises.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            # Sizes that happen to be equal (a prefill's token count and the hidden size, ...) would otherwise
+            # be assumed equal in the graph and recompile it when they differ: seconds in a running server.
+            fx_config.use_duck_shape = False
         compile_ = (lambda f: torch.compile(f, dynamic=True, fullgraph=True, options=options)) if compiled \
             else (lambda f: f)
         self._attention_inputs, self._layer_output = compile_(attention_inputs), compile_(layer_output)

@@ -10,6 +10,12 @@ The rows share the structure of a step (``ctx.settings``: block length, steps, s
 and repetition penalty live in ``[max_rows]`` tensors set when a row joins (:meth:`Rows.start_rows`); the
 host keeps which of them the active rows use (:meth:`Rows.sampling`), so an all-greedy step stays one argmax.
 The repetition-penalty table ``seen`` is ``[max_rows, V]`` while some active row penalises, else ``[max_rows, 1]``.
+
+Host work per step is what bounds a small model (a 0.6B forward replays in about a millisecond), so the
+families keep on the host what their control flow needs (lengths, positions, which rows have a block to
+commit) instead of reading it back from the device, reuse the device index of the active rows while the
+set does not change (:meth:`Rows.view`), and read a step's results with one transfer (:func:`to_host`):
+a step synchronises once, at its end.
 """
 
 from __future__ import annotations
@@ -30,6 +36,31 @@ from textwm.models.checkpoint import ModelSpec
 MAX_BLOCK_OR_WINDOW = 64
 #: One step's news for one engine row: (row, tokens added to its output, its result if it finished).
 Update = tuple[int, list[int], "Generation | None"]
+
+
+@dataclass(frozen=True)
+class ActiveView:
+    """The active rows as one forward sees them; rebuilt only when the active set changes."""
+
+    #: The row bucket a forward runs (rows ``0..b-1``).
+    b: int
+    #: The active engine rows, ascending.
+    rows: list[int]
+    #: ``[len(rows)]`` long on the device: ``rows``.
+    idx: torch.Tensor
+    #: ``[b]`` bool on the device: which rows of the bucket decode.
+    mask: torch.Tensor
+
+
+def to_host(*tensors: torch.Tensor) -> list[list[list[int]]]:
+    """Several ``[n, k_i]`` integer/bool tensors read in one device-to-host transfer: ``[n][k_i]`` lists each."""
+    widths = [t.shape[1] for t in tensors]
+    flat = torch.cat([t.long() for t in tensors], dim=1).tolist() if len(tensors) > 1 else tensors[0].tolist()
+    out, start = [], 0
+    for w in widths:
+        out.append([row[start:start + w] for row in flat])
+        start += w
+    return out
 
 
 @dataclass
@@ -76,13 +107,24 @@ class Rows:
         #: [rows, V] tokens a row's repetition penalty applies to; [rows, 1] while no active row penalises.
         self.seen = torch.zeros((n, 1), dtype=torch.bool, device=dev)
         self._flags = RowParams.flags([])
+        self._view: ActiveView | None = None
+
+    def view(self) -> ActiveView:
+        """The active rows, their bucket and device index (cached until a row joins or leaves)."""
+        if self._view is None:
+            rows = sorted(self.active)
+            b = row_bucket(rows[-1] + 1, self.max_rows)
+            mask = torch.zeros(b, dtype=torch.bool)
+            mask[rows] = True
+            # One host-to-device copy for both (a pageable copy waits for the stream).
+            both = torch.cat([torch.tensor(rows, dtype=torch.long), mask.long()]).to(self.device)
+            self._view = ActiveView(b=b, rows=rows, idx=both[:len(rows)], mask=both[len(rows):].bool())
+        return self._view
 
     def bucket(self) -> tuple[int, torch.Tensor]:
         """``B`` and ``active [B]`` bool: the rows a forward runs now and which of them decode."""
-        b = row_bucket(max(self.active) + 1, self.max_rows)
-        active = torch.zeros(b, dtype=torch.bool)
-        active[sorted(self.active)] = True
-        return b, active.to(self.device)
+        v = self.view()
+        return v.b, v.mask
 
     @property
     def penalize(self) -> bool:
@@ -96,6 +138,7 @@ class Rows:
             if st.step_key() != key:
                 raise ValueError(f"row {slot}: its settings {st} differ from the running rows' step structure "
                                  f"{self.settings}; DecodeEngine.compatible() should have kept it waiting")
+        self._view = None
         for slot, st in zip(slots, settings):
             self.active.add(slot)
             self.outputs[slot] = []
@@ -133,6 +176,7 @@ class Rows:
         """Free ``slot`` and return its result (with the forwards it took part in)."""
         result.num_forwards = self.forwards.pop(slot)
         self.active.discard(slot)
+        self._view = None
         self.outputs.pop(slot, None)
         self.reset(slot)
         self._free_sampling(slot)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from textwm.generation.base import Generation
-from textwm.generation.engine.rows import Rows, RowsContext, Update
+from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
 from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample_rows
 from textwm.generation.sdar_lmdeploy import (
@@ -62,12 +62,16 @@ class SDARRows(Rows):
         self.prev = torch.full((n, blk), ctx.pad_id, dtype=torch.long, device=dev)
         self.pending = torch.zeros(n, dtype=torch.bool, device=dev)       # prev must be committed
         self.col0 = torch.zeros(n, dtype=torch.long, device=dev)          # first column of the block
-        self.plen = torch.zeros(n, dtype=torch.long, device=dev)
-        self.end_pos = torch.zeros(n, dtype=torch.long, device=dev)       # generate rules
         self.appendable = torch.zeros(n, dtype=torch.long, device=dev)    # lmdeploy rules
         self.gen_from = torch.zeros(n, dtype=torch.long, device=dev)
         self.ignore_stops = torch.zeros(n, dtype=torch.bool, device=dev)
         self.arange = torch.arange(blk, device=dev)
+        # Host copies of what the control flow reads (no device round trip for them): per active row its
+        # block's first column, prompt length and generate-rules end, and the rows with a block to commit.
+        self.host_col0: dict[int, int] = {}
+        self.host_plen: dict[int, int] = {}
+        self.host_end: dict[int, int] = {}
+        self.host_pending: set[int] = set()
 
     # --- rows joining and leaving -----------------------------------------------------------------------
 
@@ -81,38 +85,57 @@ class SDARRows(Rows):
             self.ctx.net.prefill(torch.tensor([slots[i] for i in pre], device=dev),
                                  [prompts[i][:full[i]] for i in pre], block=blk, pad_id=self.ctx.pad_id)
             self.count_forward([slots[i] for i in pre])
-        for slot, p, f, budget in zip(slots, prompts, full, budgets):
+        # Each joining row's block (its prompt's tail, then masks) and counters, in one host-to-device copy:
+        # [n, blk + 3] = block | column 0 | appendable (lmdeploy) | generated-from (the tail's length).
+        table = torch.full((len(slots), blk + 3), self.mask_id, dtype=torch.long)
+        for i, (slot, p, f, budget) in enumerate(zip(slots, prompts, full, budgets)):
             tail = p[f:]
-            row = torch.full((blk,), self.mask_id, dtype=torch.long)
-            row[:len(tail)] = torch.tensor(tail, dtype=torch.long)
-            self.block[slot] = row.to(dev)
-            self.masked[slot] = self.arange >= len(tail)
-            self.col0[slot], self.plen[slot] = f, len(p)
-            self.end_pos[slot] = (len(p) + budget + blk - 1) // blk * blk
-            self.appendable[slot] = budget + len(tail)
-            self.gen_from[slot], self.ignore_stops[slot] = len(tail), len(tail) > 0
-            self.pending[slot] = False
+            table[i, :len(tail)] = torch.tensor(tail, dtype=torch.long)
+            table[i, blk:] = torch.tensor([f, budget + len(tail), len(tail)])
+            self.host_col0[slot], self.host_plen[slot] = f, len(p)
+            self.host_end[slot] = (len(p) + budget + blk - 1) // blk * blk
+            self.host_pending.discard(slot)
             if not self.lmdeploy:
                 self.mark_seen(slot, p)       # generate rules penalise the prompt; lmdeploy only the output
+        table = table.to(dev)
+        idx = torch.tensor(slots, device=dev)
+        tail_len = table[:, blk + 2]
+        self.block[idx] = table[:, :blk]
+        self.masked[idx] = self.arange[None, :] >= tail_len[:, None]
+        self.col0[idx], self.appendable[idx], self.gen_from[idx] = table[:, blk], table[:, blk + 1], tail_len
+        self.ignore_stops[idx] = tail_len > 0
+        self.pending[idx] = False
         return []
 
     def reset(self, slot: int) -> None:
         self.masked[slot], self.pending[slot], self.col0[slot] = False, False, 0
+        for table in (self.host_col0, self.host_plen, self.host_end):
+            table.pop(slot, None)
+        self.host_pending.discard(slot)
 
     # --- one block ----------------------------------------------------------------------------------------
 
     def step(self) -> list[Update]:
+        """Decode one block for every active row.
+
+        Every active row starts the block with masks (a joined row's prompt tail is shorter than a block), so the
+        first forward needs no check. Under the generate rules the block ends after the schedule's last forward:
+        the masks are not read back before it (at one denoising step, never); that none are left is checked with
+        the block's tokens, in the same transfer.
+        """
         b, active = self.bucket()
-        forwards = 0
+        forwards, last = 0, None if self.lmdeploy else len(self.schedule)
         while True:
-            masked = self.masked[:b] & active[:, None]
-            if not bool(masked.any()):
+            if forwards == last:
                 break
-            if not self.lmdeploy and forwards == len(self.schedule):
-                raise RuntimeError("a block still has masks after its denoising steps (schedule bug)")
-            fused = forwards == 0 and bool(self.pending[:b].any())
+            masked = self.masked[:b] & active[:, None]
+            if forwards > 0 and not bool(masked.any()):   # a dynamic strategy may finish a block early
+                break
+            fused = forwards == 0 and bool(self.host_pending & self.active)
             logits = self._forward(b, fused)
-            self.pending[:b] = False
+            if fused:
+                self.pending[:b] = False
+                self.host_pending.clear()
             if self.lmdeploy:   # lmdeploy runs a forward for the rows whose block still has masks only
                 self.count_forward(masked.any(dim=1).nonzero(as_tuple=True)[0].tolist())
             else:
@@ -122,8 +145,6 @@ class SDARRows(Rows):
             else:
                 self._transfer_generate(logits, masked, b, self.schedule[forwards])
             forwards += 1
-        if bool(self.pending[:b].any()):
-            raise RuntimeError("a finished block was never committed (engine bug)")
         return self._finish_lmdeploy(b) if self.lmdeploy else self._finish_generate(b)
 
     def _forward(self, b: int, fused: bool) -> torch.Tensor:
@@ -131,7 +152,7 @@ class SDARRows(Rows):
         blk, col0 = self.blk, self.col0[:b]
         pos = col0[:, None] + self.arange
         limit = (col0 + blk)[:, None].expand(b, blk)
-        kv_len = int(col0.max()) + blk
+        kv_len = max(self.host_col0[s] for s in self.active) + blk
         if not fused:
             return self.ctx.forward(self.block[:b], pos, pos, limit, kv_len=kv_len)
         pend = self.pending[:b, None]
@@ -174,30 +195,33 @@ class SDARRows(Rows):
     # --- after the block --------------------------------------------------------------------------------
 
     def _next_block(self, slots: list[int]) -> None:
-        """Rows that go on: the finished block is committed by the next forward; a block of masks follows."""
+        """Rows that go on (all the active ones: the rest have just finished): the finished block is committed by
+        the next forward; a block of masks follows."""
         if not slots:
             return
-        idx = torch.tensor(slots, device=self.device)
+        idx = self.view().idx
         self.prev[idx] = self.block[idx]
         self.pending[idx] = True
         self.col0[idx] += self.blk
         self.block[idx] = self.mask_id
         self.masked[idx] = True
         self.gen_from[idx], self.ignore_stops[idx] = 0, False
+        for slot in slots:
+            self.host_col0[slot] += self.blk
+        self.host_pending.update(slots)
 
     def _finish_generate(self, b: int) -> list[Update]:
         """generate.py rules: a row ends at a block holding a generated stop id or reaching ``end_pos``."""
-        rows = sorted(self.active)
-        idx = torch.tensor(rows, device=self.device)
-        block, col0 = self.block[idx], self.col0[idx]
-        positions = col0[:, None] + self.arange
-        generated = positions >= self.plen[idx, None]
-        reached_end = (positions[:, -1] + 1 >= self.end_pos[idx]).tolist()
+        v = self.view()
+        blocks, left = to_host(self.block[v.idx], self.masked[v.idx].any(dim=1, keepdim=True))
+        if any(m[0] for m in left):
+            raise RuntimeError("a block still has masks after its denoising steps (schedule bug)")
         updates, going_on = [], []
-        for slot, toks, gen, end in zip(rows, block.tolist(), generated.tolist(), reached_end):
+        for slot, toks in zip(v.rows, blocks):
+            col0, plen = self.host_col0[slot], self.host_plen[slot]
             new, stopped = [], False
-            for tok, is_gen in zip(toks, gen):
-                if is_gen:
+            for j, tok in enumerate(toks):
+                if col0 + j >= plen:       # a generated position (the prompt's tail is not)
                     if tok in self.stop_set:
                         stopped = True
                         break
@@ -205,7 +229,7 @@ class SDARRows(Rows):
             out = self.outputs[slot]
             out += new
             self.mark_seen(slot, toks)
-            if stopped or end:
+            if stopped or col0 + self.blk >= self.host_end[slot]:
                 result = Generation(token_ids=out, finish_reason="stop" if stopped else "length")
                 updates.append((slot, new, self.finish(slot, result)))
             else:
@@ -216,16 +240,17 @@ class SDARRows(Rows):
 
     def _finish_lmdeploy(self, b: int) -> list[Update]:
         """lmdeploy rules: exact ``max_tokens`` cap, stop ids ignored in the prompt-tail block."""
-        rows = sorted(self.active)
-        idx = torch.tensor(rows, device=self.device)
+        v = self.view()
+        idx = v.idx
         self.appendable[idx] -= self.blk
         stopped, end = block_stops(self.block[idx], self.appendable[idx], self.ignore_stops[idx], self.stop_ids)
+        blocks, firsts, lasts, dones = to_host(self.block[idx], self.gen_from[idx, None], end[:, None],
+                                               stopped[:, None])
         updates, going_on = [], []
-        for slot, toks, first, last, done in zip(rows, self.block[idx].tolist(), self.gen_from[idx].tolist(),
-                                                 end.tolist(), stopped.tolist()):
-            new = toks[first:last]
+        for slot, toks, first, last, done in zip(v.rows, blocks, firsts, lasts, dones):
+            new = toks[first[0]:last[0]]
             out = self.outputs[slot]
-            if done:
+            if done[0]:
                 result = finish_lmdeploy(out + new, self.ctx.spec.stop_ids)
                 updates.append((slot, result.token_ids[len(out):], self.finish(slot, result)))
             else:

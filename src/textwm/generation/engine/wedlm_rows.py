@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from textwm.generation.base import Generation
-from textwm.generation.engine.rows import Rows, RowsContext, Update
+from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
 from textwm.generation.sampling import logits_entropy, sample_filter_first_rows
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import commit_run
@@ -34,7 +34,9 @@ WIDTH_STEP = 4
 
 
 class WeDLMRows(Rows):
-    """Row state: window tokens and filled flags ``[rows, W]``, committed cache length, budget."""
+    """Row state: window tokens and filled flags ``[rows, W]``, the window's leading filled run and the committed
+    cache length ``[rows]``, budget. The host keeps the run and the length too (read with the step's results),
+    so the next forward's width and ``kv_len`` need no device read."""
 
     applies_penalty = False
 
@@ -45,6 +47,9 @@ class WeDLMRows(Rows):
         self.win = torch.full((n, w), self.mask_id, dtype=torch.long, device=dev)
         self.filled = torch.zeros((n, w), dtype=torch.bool, device=dev)
         self.length = torch.zeros(n, dtype=torch.long, device=dev)     # prompt + committed tokens
+        self.run = torch.zeros(n, dtype=torch.long, device=dev)        # leading filled run of the window
+        self.host_length: dict[int, int] = {}
+        self.host_run: dict[int, int] = {}
         self.budgets: dict[int, int] = {}
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
@@ -54,24 +59,28 @@ class WeDLMRows(Rows):
         self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)
         self.count_forward(slots)
         self.length[idx] = torch.tensor([len(p) for p in prompts], device=self.device)
-        self.win[idx], self.filled[idx] = self.mask_id, False
+        self.win[idx], self.filled[idx], self.run[idx] = self.mask_id, False, 0
+        self.host_length.update((slot, len(p)) for slot, p in zip(slots, prompts))
+        self.host_run.update((slot, 0) for slot in slots)
         self.budgets.update(zip(slots, budgets))
         return []
 
     def reset(self, slot: int) -> None:
-        self.length[slot], self.filled[slot] = 0, False
-        self.budgets.pop(slot, None)
+        self.length[slot], self.filled[slot], self.run[slot] = 0, False, 0
+        for table in (self.host_length, self.host_run, self.budgets):
+            table.pop(slot, None)
 
-    def _width(self, run: torch.Tensor) -> int:
-        longest = self.w + int(run.max())
+    def _width(self, longest_run: int) -> int:
+        longest = self.w + longest_run
         return min(-(-longest // WIDTH_STEP) * WIDTH_STEP, 2 * self.w)
 
     def step(self) -> list[Update]:
-        b, active = self.bucket()
-        w, dev = self.w, self.device
+        v = self.view()
+        b, active, w, dev = v.b, v.mask, self.w, self.device
         filled = self.filled[:b] & active[:, None]
-        run = filled.long().cumprod(dim=1).sum(dim=1)                               # [b] leading filled run
-        q = self._width(run)
+        run = self.run[:b]                                                          # [b] leading filled run
+        longest_run = max(self.host_run[s] for s in v.rows)
+        q = self._width(longest_run)
         idx = torch.arange(q, device=dev)
         ext_tok = torch.cat([self.win[:b], torch.full((b, w), self.mask_id, dtype=torch.long, device=dev)], 1)[:, :q]
         ext_fill = torch.cat([filled, torch.zeros((b, w), dtype=torch.bool, device=dev)], 1)[:, :q]
@@ -82,7 +91,8 @@ class WeDLMRows(Rows):
         length = self.length[:b]
         positions = torch.where(fed_valid, length[:, None] + order, 0)
         cols = length[:, None] + idx
-        logits = self.ctx.forward(ids, positions, cols, cols + 1, kv_len=int(length.max()) + q)   # [b, q, V]
+        kv_len = max(self.host_length[s] for s in v.rows) + q
+        logits = self.ctx.forward(ids, positions, cols, cols + 1, kv_len=kv_len)      # [b, q, V]
         self.count_forward()
 
         # Every mask slot of every active row, drawn and scored in one call on the raw logits.
@@ -101,7 +111,9 @@ class WeDLMRows(Rows):
         shift = run[:, None] + torch.arange(w, device=dev)
         self.win[:b], self.filled[:b] = new_tok.gather(1, shift), new_fill.gather(1, shift)
         self.length[:b] += run
-        return self._commit(run.tolist(), ext_tok[:, :max(1, int(run.max()))].tolist())
+        self.run[:b] = self.filled[:b].long().cumprod(dim=1).sum(dim=1)            # the next step's run
+        run_tokens, next_run = to_host(ext_tok[:, :max(1, longest_run)], self.run[:b, None])
+        return self._commit(v.rows, run_tokens, next_run)
 
     def _choose(self, ent: torch.Tensor, is_mask: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """:func:`~textwm.generation.wedlm.positions_to_fill` for every row: ``[b, q]`` bool."""
@@ -113,13 +125,17 @@ class WeDLMRows(Rows):
         none = ~chosen.any(dim=1, keepdim=True) & is_mask.any(dim=1, keepdim=True)
         return chosen | (lowest & none & is_mask)
 
-    def _commit(self, runs: list[int], run_tokens: list[list[int]]) -> list[Update]:
+    def _commit(self, rows: list[int], run_tokens: list[list[int]], next_run: list[list[int]]) -> list[Update]:
+        """Commit each row's run (``run_tokens [b][>= run]``); ``next_run [b][1]``: its window's new run."""
         updates = []
-        for slot in sorted(self.active):
+        for slot in rows:
             out = self.outputs[slot]
             before = len(out)
             result = Generation(token_ids=out, finish_reason="length")
-            done = commit_run(result, run_tokens[slot][:runs[slot]], self.budgets[slot], self.stop_set)
+            run = self.host_run[slot]
+            self.host_length[slot] += run
+            self.host_run[slot] = next_run[slot][0]
+            done = commit_run(result, run_tokens[slot][:run], self.budgets[slot], self.stop_set)
             new = out[before:]
             updates.append((slot, new, self.finish(slot, result) if done else None))
         return updates
