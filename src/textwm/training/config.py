@@ -9,7 +9,6 @@ that names the closest valid key.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ log = logging.getLogger(__name__)
 OBJECTIVES = ("ar", "sdar", "wedlm")
 #: WeDLM loss normalisations (:mod:`textwm.diffusion.wedlm`).
 WEDLM_LOSS_NORMALISATIONS = ("step_tokens", "micro_batch")
+#: WeDLM weightings of the masked-token term (Tencent/WeDLM ``finetune/src/loss.py`` ``compute_mlm_loss``).
+WEDLM_LOSS_WEIGHTINGS = ("weighted", "uniform")
 TRUNCATE_MODES = ("drop", "cut")
 
 #: LlamaFactory keys of the paper's configs that this trainer does not need (accepted, warned about).
@@ -81,11 +82,25 @@ class SFTConfig:
         "help": "WeDLM: step_tokens (both terms / the step's answer tokens: the same gradient however the step is "
                 "split into micro-batches and ranks) or micro_batch (Tencent/WeDLM finetune: MLM / the micro-batch's "
                 "sum of 1/gamma, AR / its answer tokens, micro-batches averaged)"})
+    wedlm_loss_weighting: str = field(default="weighted", metadata={
+        "help": "WeDLM masked-token term: weighted (each mask's CE times 1/gamma, the paper's) or uniform (plain "
+                "CE; Tencent/WeDLM loss_weighting_scheme)"})
+    wedlm_ar_loss_weight: float = field(default=1.0, metadata={
+        "help": "WeDLM: weight w of the AR term, loss (mlm + w * ar) / (1 + w); 0 turns the AR term off "
+                "(Tencent/WeDLM ar_loss_weight, enable_ar_loss: false)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
     resume_from_checkpoint: Any = field(default=None, metadata={
         "help": "null, true (latest checkpoint in output_dir) or a checkpoint path"})
     report_to: str = field(default="none", metadata={"help": "none, tensorboard, wandb, ..."})
     run_name: str = field(default="", metadata={"help": "name shown by the reporting tool"})
+    wandb_project: str = field(default="", metadata={"help": "with report_to wandb: its project (WANDB_PROJECT)"})
+    wandb_entity: str = field(default="", metadata={"help": "with report_to wandb: its team (WANDB_ENTITY)"})
+    wandb_group: str = field(default="", metadata={"help": "with report_to wandb: its run group (WANDB_RUN_GROUP)"})
+    final_dir: str = field(default="", metadata={
+        "help": "sub-folder of output_dir for the final model ('': output_dir itself; the paper's WeDLM runs: final)"})
+    #: A DeepSpeed config generated from the paper's WeDLM keys (``paper_keys``), written by the trainer to
+    #: ``deepspeed`` before it starts; set by code, never by users, and not saved with the config.
+    _generated_deepspeed: dict | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.model_name_or_path:
@@ -98,6 +113,14 @@ class SFTConfig:
         if self.wedlm_loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
             raise ConfigError(f"wedlm_loss_normalisation must be one of {', '.join(WEDLM_LOSS_NORMALISATIONS)}, "
                               f"got {self.wedlm_loss_normalisation!r}")
+        if self.wedlm_loss_weighting not in WEDLM_LOSS_WEIGHTINGS:
+            raise ConfigError(f"wedlm_loss_weighting must be one of {', '.join(WEDLM_LOSS_WEIGHTINGS)}, "
+                              f"got {self.wedlm_loss_weighting!r}")
+        if not self.wedlm_ar_loss_weight >= 0:
+            raise ConfigError(f"wedlm_ar_loss_weight must be >= 0 (0 turns the AR term off), got "
+                              f"{self.wedlm_ar_loss_weight}")
+        if Path(self.final_dir).is_absolute() or ".." in Path(self.final_dir).parts:
+            raise ConfigError(f"final_dir must be a sub-folder of output_dir (a relative path), got {self.final_dir!r}")
         if self.truncate_mode not in TRUNCATE_MODES:
             raise ConfigError(f"truncate_mode must be one of {', '.join(TRUNCATE_MODES)}, got {self.truncate_mode!r}")
         if self.block_length < 1:
@@ -125,6 +148,10 @@ class SFTConfig:
                               f"{self.max_grad_norm}")
         if self.deepspeed and self.fsdp:
             raise ConfigError("choose deepspeed or fsdp, not both")
+        if self.deepspeed and self._generated_deepspeed is None:
+            from textwm.training.paper_keys import resolve_deepspeed
+
+            self.deepspeed = resolve_deepspeed(self.deepspeed)
 
     def resolve_train_file(self) -> Path:
         """The training JSONL: ``train_file``, or ``dataset`` looked up in ``dataset_info.json``."""
@@ -142,16 +169,26 @@ class SFTConfig:
         return Path(self.dataset_dir) / entry["file_name"]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return config.config_dict(self)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SFTConfig:
     """Read a YAML config and apply ``key=value`` overrides (YAML-typed, e.g. ``max_steps=10``).
 
+    A YAML in the paper's WeDLM format (Tencent/WeDLM finetune keys: ``model_path``, ``train_data``,
+    ...) is translated first (:mod:`textwm.training.paper_keys`); the overrides then use our keys.
+
     Raises:
         ConfigError: unknown key (with the closest valid one), bad value, or unreadable YAML.
     """
-    return config.load(SFTConfig, path=path, overrides=overrides or (), ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
+    from textwm.training.paper_keys import read_paper_config
+
+    paper = read_paper_config(path) if path is not None else None
+    if paper is None:
+        return config.load(SFTConfig, path=path, overrides=overrides or (), ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
+    cfg = config.load(SFTConfig, overrides=[*paper.overrides(), *(overrides or ())],
+                      ignored_keys=IGNORED_LLAMAFACTORY_KEYS)
+    return paper.finish(cfg)
 
 
 def save_config(cfg: SFTConfig, path: str | Path) -> None:

@@ -25,13 +25,14 @@ from textwm.diffusion.sdar import (
     sample_row_noise,
 )
 from textwm.diffusion.wedlm import (
+    AR_LOSS_WEIGHT,
     reorder_within_blocks,
     sample_block_noise,
     wedlm_loss,
     wedlm_loss_per_micro_batch,
     wedlm_mask_mod,
 )
-from textwm.training.config import WEDLM_LOSS_NORMALISATIONS
+from textwm.training.config import WEDLM_LOSS_NORMALISATIONS, WEDLM_LOSS_WEIGHTINGS
 from textwm.training.data import pad_batch
 
 
@@ -160,16 +161,30 @@ class WeDLMObjective(Objective):
     noise block is ``noise_block``. ``loss_normalisation``: ``step_tokens`` (the step's answer
     tokens, like the other objectives) or ``micro_batch`` (Tencent/WeDLM's, averaged over the step's
     ``accumulation_steps`` x world-size micro-batches); see :mod:`textwm.diffusion.wedlm`.
+    ``ar_weight``: ``w`` of ``(mlm + w * ar) / (1 + w)``; 0 drops the AR term (and its logits), which is
+    Tencent/WeDLM's ``enable_ar_loss: false`` (``trainer.py`` ``train_step``: the loss is then ``mlm``).
+    ``weighting``: ``weighted`` (1/gamma) or ``uniform``, Tencent/WeDLM's ``loss_weighting_scheme``
+    (``loss.py`` ``compute_mlm_loss``: a plain mean of the masked CE): every gamma is taken as 1, which
+    under ``micro_batch`` is exactly that mean and under ``step_tokens`` the masked CE summed over the
+    step's answer tokens.
     """
 
     name = "wedlm"
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int,
-                 loss_normalisation: str = "step_tokens", accumulation_steps: int = 1):
+                 loss_normalisation: str = "step_tokens", accumulation_steps: int = 1,
+                 ar_weight: float = AR_LOSS_WEIGHT, weighting: str = "weighted"):
         super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
         if loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
             raise ValueError(f"WeDLMObjective: loss_normalisation must be one of "
                              f"{', '.join(WEDLM_LOSS_NORMALISATIONS)}, got {loss_normalisation!r}")
+        if weighting not in WEDLM_LOSS_WEIGHTINGS:
+            raise ValueError(f"WeDLMObjective: weighting must be one of {', '.join(WEDLM_LOSS_WEIGHTINGS)}, "
+                             f"got {weighting!r}")
+        if not ar_weight >= 0:
+            raise ValueError(f"WeDLMObjective: ar_weight must be >= 0, got {ar_weight}")
+        self.ar_weight = ar_weight
+        self.weighting = weighting
         self.mask_token_id = mask_token_id
         self.noise_block = noise_block
         self.loss_normalisation = loss_normalisation
@@ -209,7 +224,8 @@ class WeDLMObjective(Objective):
         # Logits only where a loss is taken: clean positions followed by an answer token (AR) and
         # prediction-stream mask slots (MLM); the vocabulary projection of the rest would be wasted.
         ar_at = torch.zeros_like(masked)
-        ar_at[:, :-1] = labels[:, 1:] != IGNORE_INDEX
+        if self.ar_weight > 0:
+            ar_at[:, :-1] = labels[:, 1:] != IGNORE_INDEX
         need = torch.cat([ar_at, xt_masked], 1)
         keep = need.any(dim=0).nonzero(as_tuple=True)[0]
         logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
@@ -217,11 +233,15 @@ class WeDLMObjective(Objective):
         in_clean = keep < length
         ar_sel, mlm_sel = sel & in_clean, sel & ~in_clean
         targets = torch.cat([torch.roll(ids, -1, dims=1), ids.gather(1, order)], 1)[:, keep]
-        gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), batch["noise_gamma"].gather(1, order)], 1)[:, keep]
+        xt_gamma = batch["noise_gamma"].gather(1, order)
+        if self.weighting == "uniform":
+            xt_gamma = torch.ones_like(xt_gamma)
+        gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), xt_gamma], 1)[:, keep]
         terms = (logits[mlm_sel], targets[mlm_sel], gamma[mlm_sel], logits[ar_sel], targets[ar_sel])
         if self.loss_normalisation == "micro_batch":
-            return wedlm_loss_per_micro_batch(*terms) / self.micro_batches_per_step(num_items_in_batch)
-        return wedlm_loss(*terms, _answer_tokens(labels, num_items_in_batch))
+            return (wedlm_loss_per_micro_batch(*terms, ar_weight=self.ar_weight)
+                    / self.micro_batches_per_step(num_items_in_batch))
+        return wedlm_loss(*terms, _answer_tokens(labels, num_items_in_batch), ar_weight=self.ar_weight)
 
 
 def real_tokens(batch: dict[str, torch.Tensor]) -> int:

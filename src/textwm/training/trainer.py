@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,8 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
         objective = WeDLMObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
                                    mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
                                    loss_normalisation=config.wedlm_loss_normalisation,
-                                   accumulation_steps=config.gradient_accumulation_steps)
+                                   accumulation_steps=config.gradient_accumulation_steps,
+                                   ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting)
     else:
         if spec.family != "ar":
             as_autoregressive(model)
@@ -213,6 +215,27 @@ def training_arguments(config: SFTConfig) -> TrainingArguments:
     )
 
 
+#: Environment variables the HF wandb callback reads, and the config fields that set them.
+WANDB_ENV = {"wandb_project": "WANDB_PROJECT", "wandb_entity": "WANDB_ENTITY", "wandb_group": "WANDB_RUN_GROUP"}
+
+
+def prepare_reporting_and_deepspeed(config: SFTConfig) -> None:
+    """Before the HF ``TrainingArguments`` read them: the wandb fields as the environment variables its
+    callback reads (the config wins, as in Tencent/WeDLM's ``wandb.init(project=...)``), and a DeepSpeed
+    config generated from the paper's WeDLM keys written to ``config.deepspeed`` (every rank writes the
+    same file atomically)."""
+    from textwm.data.jsonl import write_json
+
+    if "wandb" in config.report_to:
+        for key, env in WANDB_ENV.items():
+            if getattr(config, key):
+                os.environ[env] = getattr(config, key)
+    if config._generated_deepspeed is not None:
+        Path(config.deepspeed).parent.mkdir(parents=True, exist_ok=True)
+        write_json(config.deepspeed, config._generated_deepspeed)
+        log.info("DeepSpeed config from the paper's use_deepspeed/deepspeed_* keys -> %s", config.deepspeed)
+
+
 def train(config: SFTConfig) -> TrainResult:
     """Run SFT as configured; returns where the final model is and the training loss."""
     from textwm.config import check_output_dir
@@ -227,6 +250,7 @@ def train(config: SFTConfig) -> TrainResult:
     train_rows = load_rows(config.resolve_train_file(), encoder, config, objective.block_size, what="train")
     eval_rows = (load_rows(Path(config.eval_file), encoder, config, objective.block_size, what="eval")
                  if config.eval_file else None)
+    prepare_reporting_and_deepspeed(config)
     args = training_arguments(config)
     if args.n_gpu > 1:
         raise CheckpointError(
@@ -246,9 +270,10 @@ def train(config: SFTConfig) -> TrainResult:
         log.warning("resume_from_checkpoint: true but %s has no checkpoint yet; starting fresh", out)
         resume = None
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(out))
+    final = out / config.final_dir if config.final_dir else out
+    trainer.save_model(str(final))
     if trainer.is_world_process_zero():
-        save_config(config, out / CONFIG_FILE)
-    log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, out)
-    return TrainResult(output_dir=out, global_step=result.global_step, train_loss=result.training_loss,
+        save_config(config, final / CONFIG_FILE)
+    log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, final)
+    return TrainResult(output_dir=final, global_step=result.global_step, train_loss=result.training_loss,
                        metrics=dict(result.metrics))
