@@ -7,7 +7,9 @@ Registers ``multi_turns["sciworld_scheduler"]`` and ``orms["sciworld_reward"]``;
         --reward_funcs sciworld_reward ...
 
 or use ``sciworld/run_sciworld_{qwen3,lfm,mistral}_grpo.sh``. Env switches (see sciworld/README.md):
-``WM_ENDPOINT`` (the WM proxy), ``SCIWORLD_WM_GUARD=0`` (no local responder), ``TEXTWM_TRAJECTORY_LOG``.
+``WM_ENDPOINT`` (the WM proxy), ``SCIWORLD_WM_GUARD=0`` (no local responder), ``TEXTWM_TRAJECTORY_LOG``,
+``SCIWORLD_ENV_URL`` (reward from a replay in that real env server), ``TEXTWM_SIM_CACHE`` (start states
+of rows without ``sim_task``, such as the paper's ``sciworld_rl_split.jsonl``).
 """
 
 from textwm.rl.swift_adapters import register

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Simulator start states built from real envs (textwm.envs.sim_cache) go to a per-run folder, not the user's cache.
+os.environ.setdefault("TEXTWM_SIM_CACHE", tempfile.mkdtemp(prefix="textwm-sim-cache-"))
 
 
 def write_lines(path: Path, lines: list) -> Path:

@@ -9,13 +9,16 @@ What a spec supplies:
 
 * **rows** — :meth:`EnvSpec.load_row` turns a dataset row (an RL task row) into a :class:`TaskStart`
   once: task id, task family, the agent's start conversation, turn limit, the simulator's start
-  state (``sim_task``) and the real env's reset options;
+  state (``sim_task``) and the real env's reset options; an env that can bake a missing start state from
+  its real env (:attr:`builds_sim_tasks`, :meth:`build_sim_task`) lets :mod:`textwm.envs.sim_cache` complete
+  rows that lack one (the paper's ScienceWorld rows), once, cached;
 * **agent side** — :meth:`parse_action`, the format hint after an unparseable reply, the streak limit;
 * **simulator** — :meth:`start_episode` / :meth:`episode_from_dict`: a :class:`SimEpisode` with the
   env's local responder, WM prompt and trajectory-only outcome (goals, loops, streaks);
 * **reward and success** — :meth:`reward` of an :class:`Outcome` (GRPO), :meth:`is_success` of a score;
 * **real env** — :meth:`open_session` (an :class:`~textwm.envs.protocol.EnvSession` in a worker
-  process), its config class, reset options, :meth:`check_task_id`, :meth:`end_reason`;
+  process), its config class, reset options, :meth:`check_task_id`, :meth:`end_reason`; the env variable
+  that switches GRPO's reward to a replay in the real env server (:attr:`replay_url_env`);
 * **guard switch** — :attr:`guard_env` (``SCIWORLD_WM_GUARD=0``: every step to the world model);
 * **dataset builder** — :meth:`dataset_builder` (optional), the env's hooks for :mod:`textwm.envs.build`.
 """
@@ -140,13 +143,19 @@ class EnvSpec:
     paper_form: ClassVar[PaperForm | None] = None
     #: The env's expert reads only the conversation (:meth:`expert_reply_to`), so it plays in the world model too.
     conversation_expert: ClassVar[bool] = False
+    #: :meth:`build_sim_task` can bake a row's missing simulator start state from the real env.
+    builds_sim_tasks: ClassVar[bool] = False
+    #: Env variable naming an env server (:mod:`textwm.envs.server`) whose replay of each GRPO episode's actions
+    #: gives its reward (ScienceWorld: ``SCIWORLD_ENV_URL``, the paper's name); empty: no replay reward.
+    replay_url_env: ClassVar[str] = ""
 
     # --- rows ----------------------------------------------------------------------------------------
 
     def load_row(self, row: Mapping[str, Any], *, need_sim: bool = False) -> TaskStart:
         """The :class:`TaskStart` of an RL task row; DataError naming the field when the row is unusable.
 
-        ``need_sim``: the row must carry a simulator start state (:meth:`sim_task_of` not None).
+        ``need_sim``: the row must carry a simulator start state (:meth:`sim_task_of` not None); a row that lacks
+        one is refused here, so loaders complete such rows first (:class:`textwm.envs.sim_cache.SimTaskCache`).
         """
         if not isinstance(row, Mapping):
             raise DataError(f"an RL task row must be a JSON object, got {type(row).__name__}")
@@ -193,6 +202,22 @@ class EnvSpec:
     def reset_options_of(self, sim_task: Any) -> dict[str, Any]:
         """Hook: real-env reset options implied by a row's start state (default: none, the server's)."""
         return {}
+
+    def build_options_of(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Hook: the real-env reset options a row's missing start state is built with (default: none). They are
+        part of the start state's cache key, so they must be plain strings and numbers."""
+        return {}
+
+    def build_sim_task(self, session: EnvSession, task_id: str, reset_options: Mapping[str, Any]) -> Any:
+        """Hook (with :attr:`builds_sim_tasks`): the simulator start state of ``task_id`` baked in ``session`` (one
+        of :meth:`open_session`, reused across tasks), as plain JSON data that :meth:`sim_task_of` reads back
+        from a row's ``sim_task``. Raise :class:`~textwm.envs.protocol.EnvError` when the env cannot."""
+        raise NotImplementedError(f"env {self.name!r} cannot build simulator start states from its real env")
+
+    def sim_task_version(self) -> str:
+        """Hook: what a baked start state depends on (env package version, bake code version); a cached start
+        state built under another version is rebuilt (default: none)."""
+        return ""
 
     def check_task_id(self, task_id: str) -> None:
         """Hook: cheap syntax check of a task id; raise :class:`~textwm.envs.protocol.BadRequest`."""

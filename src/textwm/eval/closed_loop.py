@@ -10,7 +10,9 @@
   same task's start (the same episode loop, with an agent that replays them); the real score is recorded.
 
 Rows are read once by the env's spec (:meth:`~textwm.envs.contract.EnvSpec.load_row`) into
-:class:`~textwm.envs.contract.TaskStart`; the turn rules are the env's (:class:`TurnRules`).
+:class:`~textwm.envs.contract.TaskStart`; rows without a simulator start state (the paper's released
+rows) are completed for the world model through :mod:`textwm.envs.sim_cache`. The turn rules are the
+env's (:class:`TurnRules`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from textwm.envs.blocking import BlockingPool
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.episode import Step, TurnRules
 from textwm.envs.protocol import BadRequest, EnvError, ResetResult
+from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import LOCAL, WM, Simulator
 from textwm.eval.agents import Agent, AgentError, Conversation
 from textwm.eval.episodes import EpisodeJob, EpisodeRecord, Started, run_episodes, summarize
@@ -45,27 +48,41 @@ class EvalInputError(ValueError):
 # --- rows and jobs -------------------------------------------------------------------------------------
 
 
-def load_rows(spec: EnvSpec, path: str, *, need_sim: bool = False, tasks: Sequence[str] = (), limit: int = 0
-              ) -> list[TaskStart]:
+def load_rows(spec: EnvSpec, path: str, *, need_sim: bool = False, tasks: Sequence[str] = (), limit: int = 0,
+              sim_cache: SimTaskCache | None = None) -> list[TaskStart]:
     """RL task rows (``rl_{split}.jsonl``) read by the env's spec; only ``tasks`` (families) if given, the first
-    ``limit`` if > 0.
+    ``limit`` if > 0. With ``need_sim``, rows without a simulator start state (the paper's released rows) are
+    completed through ``sim_cache`` (from the cache, else baked from the real env once), or refused without one.
 
     Raises:
         DataError: missing file or a bad row (file, line and field named); no row left after the task filter.
     """
-    def validate(row: Any) -> TaskStart:
+    report = read_jsonl(path)
+    kept = [(row, line, _start_of(spec, row, path, line, need_sim=False))
+            for row, line in zip(report.rows, report.line_numbers)]
+    if tasks:
+        wanted = set(tasks)
+        kept = [k for k in kept if k[2].family in wanted]
+        if not kept:
+            raise DataError(f"no row of the tasks {', '.join(sorted(wanted))}", path=path)
+    kept = kept[:limit] if limit > 0 else kept
+    if not need_sim:
+        return [start for _, _, start in kept]
+    rows, lines = [row for row, _, _ in kept], [line for _, line, _ in kept]
+    if sim_cache is not None:
+        rows = sim_cache.complete(rows, path=path, lines=lines)
+    return [_start_of(spec, row, path, line, need_sim=True) for row, line in zip(rows, lines)]
+
+
+def _start_of(spec: EnvSpec, row: Any, path: str, line: int, *, need_sim: bool) -> TaskStart:
+    """One row read by the spec; a DataError located at ``path:line``."""
+    try:
         start = spec.load_row(row, need_sim=need_sim)
         if len(start.messages) < 2:
             raise DataError("row has no agent conversation (system + first user message)", field="messages")
-        return start
-
-    starts = read_jsonl(path, validate=validate).rows
-    if tasks:
-        wanted = set(tasks)
-        starts = [s for s in starts if s.family in wanted]
-        if not starts:
-            raise DataError(f"no row of the tasks {', '.join(sorted(wanted))}", path=path)
-    return starts[:limit] if limit > 0 else starts
+    except DataError as exc:
+        raise exc.at(path, line) from None
+    return start
 
 
 def make_jobs(spec: EnvSpec, starts: Sequence[TaskStart], *, repeats: int = 1, max_turns: int = 0) -> list[EpisodeJob]:

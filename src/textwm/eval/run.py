@@ -200,6 +200,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
     from textwm.clients.wm import WMClient
     from textwm.data.jsonl import atomic_write, write_json
     from textwm.envs.blocking import BlockingPool
+    from textwm.envs.sim_cache import SimTaskCache
     from textwm.envs.simulator import Simulator
     from textwm.eval import closed_loop as cl
     from textwm.eval import fidelity as fid
@@ -210,11 +211,15 @@ def run(config: EvalConfig) -> dict[str, Any]:
     write_json(out / "eval_config.json", config_dict(config))
     results: dict[str, Any] = {"mode": config.mode, "env": spec.name}
     in_wm, in_real = config.mode in ("agent-wm", "all"), config.mode in ("agent-real", "all")
-    starts = (cl.load_rows(spec, config.rows, need_sim=in_wm, tasks=config.tasks, limit=config.episodes)
-              if config.needs_agent else [])
+    if in_wm:  # before the rows: completing them may take minutes
+        check_wm_endpoint(config.wm_endpoint)
+    # Rows without a start state (the paper's released rows) are completed from the start-state cache
+    # ($TEXTWM_SIM_CACHE), baked from the real env once where it has none yet.
+    sim_cache = SimTaskCache(spec) if in_wm and spec.builds_sim_tasks else None
+    starts = (cl.load_rows(spec, config.rows, need_sim=in_wm, tasks=config.tasks, limit=config.episodes,
+                           sim_cache=sim_cache) if config.needs_agent else [])
     wm_client = None
     if in_wm:
-        check_wm_endpoint(config.wm_endpoint)
         wm_client = WMClient(config.wm_endpoint, timeout_s=config.wm_timeout, max_tokens=config.wm_max_tokens,
                              temperature=config.wm_temperature, api_key=config.wm_api_key or None)
     agent = make_agent(config) if config.needs_agent else None

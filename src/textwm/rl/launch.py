@@ -11,6 +11,12 @@ GPU layout: ``NUM_GPUS`` > 1 makes swift re-launch itself under torchrun (``NPRO
 ``MASTER_PORT``); ``NUM_GPUS=0`` hides the GPUs and runs in float32 without vLLM (tiny models only).
 Outputs: ``$OUTPUT_DIR/v<N>-<timestamp>/`` (checkpoints, ``logging.jsonl``, ``completions.jsonl``,
 ``trajectories.jsonl``).
+
+Before swift starts, rows without a simulator start state (the paper's released
+``sciworld_rl_split.jsonl``) are completed once from the real env into the start-state cache
+(:mod:`textwm.envs.sim_cache`, a progress bar), which the scheduler then reads; ``DATA`` is passed to
+swift as it is. ``--env-url`` (default: the env's replay switch, ``$SCIWORLD_ENV_URL`` for ScienceWorld)
+makes the reward replay each episode in that real env server (:mod:`textwm.rl.replay`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textwm.config import ConfigCLI, ConfigError, option
+from textwm.data.jsonl import DataError
 from textwm.envs.registry import env_names, get_env
+from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +66,8 @@ class GRPOConfig:
     """GRPO of an agent LLM inside the world model (swift rlhf): every env step answered by the simulator."""
 
     env: str = option("", "the env (a registered name, e.g. sciworld)")
-    data: str = _knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py)", "DATA")
+    data: str = _knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py, or the paper's released "
+                          "rows)", "DATA")
     model_path: str = _knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
     model_type: str = _knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
     template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
@@ -69,6 +78,12 @@ class GRPOConfig:
                                       "WM_MAX_TOKENS")
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
+    env_url: str = option("", "real env server whose replay of each episode gives the reward (default: the env's "
+                              "switch, $SCIWORLD_ENV_URL for sciworld; empty: the simulated trajectory's reward)")
+    sim_cache: str = _knob("", "cache of simulator start states built for rows that lack them (default: "
+                               "$TEXTWM_CACHE/sim_tasks, else ~/.cache/textwm/sim_tasks)", "TEXTWM_SIM_CACHE")
+    sim_workers: int = _knob(2, "real envs building missing start states at once, before swift starts",
+                             "SIM_WORKERS")
     run_name: str = _knob("", "run name (default: <env>_grpo)", "RUN_NAME")
     output_dir: str = _knob("", "outputs (default: runs/<env>/<run name>)", "OUTPUT_DIR")
     num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
@@ -117,11 +132,13 @@ class GRPOConfig:
         if not self.data or not Path(self.data).is_file():
             raise ConfigError(f"{name}: DATA '{self.data}' not found. Build the RL rows from the real env with python "
                               f"{self.env}/build_wm_dataset.py --out-dir runs/{self.env}_data, or point DATA at an "
-                              "rl_*.jsonl.")
+                              "rl_*.jsonl (or the paper's released RL rows).")
         if self.wm_guard not in ("", "0", "1"):
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
+        if self.env_url and self.env in env_names() and not get_env(self.env).replay_url_env:
+            raise ConfigError(f"env {self.env!r} has no replay reward; leave it empty", key="--env-url")
         for knob in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
-                     "grad_accum_steps"):
+                     "grad_accum_steps", "sim_workers"):
             if getattr(self, knob) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, knob)}", key=knob.upper())
 
@@ -135,6 +152,7 @@ class GRPOConfig:
         """The defaults that depend on the env and the GPUs, filled in."""
         gpu = self.gpus > 0
         run_name = self.run_name or f"{self.env}_grpo"
+        switch = get_env(self.env).replay_url_env
         return dataclasses.replace(
             self, num_gpus=self.gpus, run_name=run_name, output_dir=self.output_dir or f"runs/{self.env}/{run_name}",
             torch_dtype=self.torch_dtype or ("bfloat16" if gpu else "float32"),
@@ -142,6 +160,7 @@ class GRPOConfig:
             gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,
             report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "none"),
             wm_guard=self.wm_guard or os.environ.get(get_env(self.env).guard_env, "").strip() or "1",
+            env_url=self.env_url or (os.environ.get(switch, "").strip() if switch else ""),
             swift=self.swift or default_swift())
 
     def argv(self, extra: list[str] = ()) -> list[str]:
@@ -184,6 +203,12 @@ class GRPOConfig:
                "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
         if c.wm_max_tokens is not None:
             env["WM_MAX_TOKENS"] = str(c.wm_max_tokens)
+        if spec.replay_url_env:  # the reward's switch: exactly the config's (empty: off)
+            env.pop(spec.replay_url_env, None)
+            if c.env_url:
+                env[spec.replay_url_env] = c.env_url
+        if c.sim_cache:
+            env[CACHE_DIR_ENV] = c.sim_cache
         env.pop("NPROC_PER_NODE", None)
         if c.num_gpus > 1:
             env.update(NPROC_PER_NODE=str(c.num_gpus), MASTER_PORT=str(c.master_port))
@@ -194,16 +219,37 @@ class GRPOConfig:
         return env
 
 
+def prepare_rows(config: GRPOConfig) -> None:
+    """The prepass: every row of ``DATA`` that lacks a simulator start state gets one in the cache, built from
+    the real env (once; a tqdm bar), so no trainer process bakes one. DataError naming the row when impossible."""
+    c = config.resolved()
+    spec = get_env(c.env)
+    if not spec.builds_sim_tasks:
+        return
+    cache = SimTaskCache(spec, c.sim_cache or None, workers=c.sim_workers)
+    rows = complete_file(cache, c.data)
+    if cache.stats.built or cache.stats.cached:
+        print(f"{c.launcher or 'textwm.rl.launch'}: {len(rows)} rows, {cache.stats.built + cache.stats.cached} "
+              f"start states completed ({cache.stats.built} built from the real env, {cache.stats.cached} cached) "
+              f"in {cache.env_dir}", file=sys.stderr)
+
+
 def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
-    """Run swift with ``config`` (announcing the CPU fallback); its exit status."""
+    """Run swift with ``config`` (announcing the CPU fallback) after the rows' prepass; its exit status."""
     c = config.resolved()
     name = c.launcher or "textwm.rl.launch"
     if c.num_gpus == 0:
         print(f"{name}: warning: no GPU (NUM_GPUS=0): CPU run in {c.torch_dtype} without vLLM; only tiny models "
               "are practical", file=sys.stderr)
+    try:
+        prepare_rows(c)
+    except DataError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    reward = f"replays in {c.env_url}" if c.env_url else "the simulated trajectory"
     print(f"{name}: {c.model_path} on {c.data}, WM {c.wm_endpoint} (guard {c.wm_guard}) -> {c.output_dir}; "
-          f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns",
-          file=sys.stderr)
+          f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns; "
+          f"reward from {reward}", file=sys.stderr)
     return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,
                           stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode
 

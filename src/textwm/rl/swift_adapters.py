@@ -32,6 +32,15 @@ Failures are visible, never papered over:
 - a world-model failure (after the WM client's retries) ends the episode: ``rollout_infos["wm_error"]``
   is true, the failure is logged and counted, and no observation is made up. Its reward is the
   reward of the trajectory so far, i.e. of the env's outcome over the steps that were answered.
+
+Rows without a simulator start state (the paper's released ScienceWorld rows) are completed on first use
+from :mod:`textwm.envs.sim_cache` (the launcher fills the cache before swift starts; a start state not
+cached yet is baked from the real env here, once). The env's replay switch (``SCIWORLD_ENV_URL``, the
+paper's; :attr:`~textwm.envs.contract.EnvSpec.replay_url_env`) makes the reward replay each episode's actions
+in that env server and reward the real outcome (:mod:`textwm.rl.replay`); a replay that fails is counted,
+logged and recorded (``replay.error``, ``reward_source``), and that sample keeps its simulated reward; a
+batch whose replays all failed raises. ms-swift's ORM has no metric hook, so the counts are in the log
+lines and the trajectory log.
 """
 
 from __future__ import annotations
@@ -55,7 +64,9 @@ from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome
 from textwm.envs.episode import Trajectory, TurnRules
 from textwm.envs.registry import get_env
+from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
+from textwm.rl.replay import EnvReplayer, ReplayEpisode, ReplayResult, replayer_from_env
 
 log = logging.getLogger(__name__)
 
@@ -173,25 +184,31 @@ class EpisodeDriver:
         simulator: answers actions (local responder and/or world model).
         max_turns: the trainer's turn limit (``--max_turns``); a row's own ``max_turns`` column,
             if smaller, wins.
+        sim_cache: completes rows that lack a simulator start state (None: such a row is refused).
     """
 
-    def __init__(self, spec: EnvSpec, simulator: Simulator, *, max_turns: int | None = None):
+    def __init__(self, spec: EnvSpec, simulator: Simulator, *, max_turns: int | None = None,
+                 sim_cache: SimTaskCache | None = None):
         self.spec = spec
         self.rules = TurnRules.of(spec)
         self.simulator = simulator
         self.max_turns = _positive_int(max_turns)
+        self.sim_cache = sim_cache
         self.counters = RolloutCounters()
 
     def begin(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """State of a new episode (JSON-serialisable) for a dataset row; ValueError naming the row if impossible."""
         try:
+            if self.sim_cache is not None:
+                row = self.sim_cache.complete_row(row)
             start = self.spec.load_row(row, need_sim=True)
         except DataError as exc:
             raise ValueError(f"{self.spec.name} RL row {row.get('task_id', '?')!r}: {exc}") from None
         episode = self.spec.start_episode(start)
         limits = [n for n in (self.max_turns, start.max_turns) if n]
         trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
-        return {"episode": episode.to_dict(), "trajectory": trajectory.to_dict()}
+        return {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
+                "reset_options": dict(start.reset_options)}
 
     def turn(self, state: dict[str, Any], reply: str) -> TurnResult:
         """Advance ``state`` (in place) by one agent reply."""
@@ -233,7 +250,7 @@ class EpisodeDriver:
                 "actions": list(t["actions"]), "observations": list(t["observations"]), "sources": list(t["sources"]),
                 "done": t["finished"], "end_reason": t["end_reason"], "outcome": dict(t["outcome"]),
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
-                "unparseable": t["unparseable"]}
+                "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {})}
 
 
 # --- trajectory log ------------------------------------------------------------------------------------
@@ -305,7 +322,9 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
             super().__init__(infer_engine, max_turns, *args, **kwargs)
             wm = WMSettings.from_env()
             use_local = guard_enabled(spec.guard_env)
-            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns)
+            sim_cache = SimTaskCache(spec) if spec.builds_sim_tasks else None
+            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns,
+                                        sim_cache=sim_cache)
             log.info("%s: world model at %s (retries %d, timeout %.0f s); local responder %s (%s); max_turns %s",
                      class_name, wm.endpoint, wm.max_retries, wm.timeout_s, "on" if use_local else "off",
                      spec.guard_env, max_turns)
@@ -326,7 +345,7 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
 
         async def on_trajectory_start(self, requests: list[Any]) -> None:
             for request in requests:  # fail before any generation if a row cannot start
-                self.episode_state(request)
+                await asyncio.to_thread(self.episode_state, request)  # may bake a start state (seconds)
 
         async def on_turn_end(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
             state = self.episode_state(infer_request)
@@ -366,29 +385,60 @@ def make_reward_class(env: str | EnvSpec) -> type:
             super().__init__(args, **kwargs)
             self.spec = spec
             self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
-            log.info("%s: trajectories -> %s", class_name, self.trajectory_log.path)
+            self.replayer: EnvReplayer | None = replayer_from_env(spec)
+            log.info("%s: trajectories -> %s; reward from %s", class_name, self.trajectory_log.path,
+                     f"replays in the real env server at {self.replayer.url} (${spec.replay_url_env})"
+                     if self.replayer else "the simulated trajectory")
 
         def __call__(self, completions: list[Any], **kwargs: Any) -> list[float]:
             infos = kwargs.get("rollout_infos") or [None] * len(completions)
             step = getattr(kwargs.get("trainer_state"), "global_step", None)
-            values, records = [], []
             for i, info in enumerate(infos):
                 if not isinstance(info, Mapping) or "outcome" not in info:
                     raise ValueError(f"{class_name}: sample {i} has no episode in its rollout_infos; this reward "
                                      f"needs the {spec.name} multi-turn scheduler (--multi_turn_scheduler "
                                      f"{spec.name}_scheduler)")
-                value = float(spec.reward(Outcome.from_dict(info["outcome"])))
+            replays = (self.replayer.replay_all([ReplayEpisode.from_infos(info) for info in infos])
+                       if self.replayer else [None] * len(infos))
+            values, records = [], []
+            for i, (info, replay) in enumerate(zip(infos, replays)):
+                value, source = self._value(info, replay)
                 values.append(value)
+                extra = {} if replay is None else {"replay": replay.to_dict()}
                 records.append({"time": round(time.time(), 3), "step": step,
                                 "prompt_id": _at(kwargs.get("prompt_id"), i),
                                 "request_id": _at(kwargs.get("request_id"), i),
-                                **{k: v for k, v in info.items() if k != "num_turns"}, "reward": value})
+                                **{k: v for k, v in info.items() if k != "num_turns"}, **extra,
+                                "reward_source": source, "reward": value})
             self.trajectory_log.append(records)
             errors = sum(bool(r["wm_error"]) for r in records)
             log.info("%s: %d episodes, mean reward %.3f, %d ended by a WM failure, %d unparseable replies",
                      class_name, len(values), sum(values) / max(1, len(values)), errors,
                      sum(int(r["unparseable"]) for r in records))
+            if self.replayer is not None:
+                self._report_replays(replays)
             return values
+
+        def _value(self, info: Mapping[str, Any], replay: ReplayResult | None) -> tuple[float, str]:
+            """The sample's reward and where it comes from: the real replay, else the simulated outcome."""
+            if replay is not None and replay.outcome is not None:
+                return float(spec.reward(replay.outcome)), "replay"
+            source = "simulator" if replay is None else "simulator (replay failed)"
+            return float(spec.reward(Outcome.from_dict(info["outcome"]))), source
+
+        def _report_replays(self, replays: list[ReplayResult | None]) -> None:
+            """Log this batch's replay failures with the running totals; raise when every replay failed."""
+            failed = [r for r in replays if r is not None and r.error]
+            r = self.replayer
+            if failed:
+                log.warning("%s: %d of %d replays in %s failed (%d of %d so far); those samples keep their "
+                            "simulated reward. First: %s", class_name, len(failed), len(replays), r.url, r.errors,
+                            r.replays, failed[0].error)
+            if failed and len(failed) == len(replays):
+                raise RuntimeError(f"{class_name}: every replay of this batch in the env server at {r.url} "
+                                   f"(${spec.replay_url_env}) failed ({r.errors} of {r.replays} so far): "
+                                   f"{failed[0].error}. Start the server (python {spec.name}/{spec.name}_env_server.py "
+                                   f"--port 30003) or unset {spec.replay_url_env} to reward the simulated trajectory")
 
     EnvReward.__name__ = EnvReward.__qualname__ = class_name
     return EnvReward

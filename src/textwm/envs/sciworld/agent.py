@@ -4,8 +4,9 @@ RL task rows follow the paper's ``sciworld_rl_split`` format (``messages``, ``ta
 ``instruction``, ``wm_system_prompt``, ``max_turns``) plus ``sim_task``: the baked start state the
 simulator needs (room map, start observation, inventory, scoring goals), so a row is
 self-sufficient. Rows are read by :meth:`textwm.envs.sciworld.spec.SciWorldSpec.load_row`;
-the paper's released rows (no ``sim_task``) load for the real env, but cannot drive a simulated
-episode (no start state, no goals): the spec refuses them with the command that rebuilds them.
+the paper's released rows (no ``sim_task``) load as they are for the real env, and GRPO and in-WM
+evaluation complete them first with a start state baked from the real env once and cached
+(:mod:`textwm.envs.sim_cache`); their own ``messages`` stay the agent's conversation.
 """
 
 from __future__ import annotations

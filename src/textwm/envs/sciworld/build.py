@@ -20,7 +20,7 @@ from textwm.envs.build import SPLITS, BuildConfig, Job, JobResult, job_seed
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.envs.sciworld.explore import episode_actions
 from textwm.envs.sciworld.reward import SUCCESS_SCORE, goals_from_gold
-from textwm.envs.sciworld.tasks import bake_task
+from textwm.envs.sciworld.tasks import bake_task, play_gold
 from textwm.envs.sciworld.tracker import EpisodeTracker
 from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
 
@@ -93,17 +93,15 @@ class SciWorldBuilder:
         rng = random.Random(job.seed)
         task = dataclasses.replace(bake_task(env, job.task_id, gold_path=True), prompt_style=prompt_style)
         gold = env.gold_actions()
-        rows, steps, score = [], [], 0.0
+        rows: list[dict[str, Any]] = []
         tracker = EpisodeTracker(task)
-        for i, action in enumerate(gold):
-            state = (env.look(), env.inventory())
-            result = env.step(action)
+
+        def record(i: int, action: str, state: tuple[str, str], result: Any) -> None:
             rows.append(_transition(tracker, state, action, result.observation, job, i, "gold", f"{job.task_id}/gold"))
             tracker.observe(action, result.observation)
-            steps.append((action, result.observation, result.score))
-            score = result.score
-            if result.done:
-                break
+
+        steps = play_gold(env, record)
+        score = steps[-1][2] if steps else 0.0
         task = dataclasses.replace(task, goals=goals_from_gold(steps).to_dict())
         for k in range(config.explore_episodes):
             env.reset(job.task_id, gold_path=False)

@@ -12,9 +12,16 @@
   ``simplification``, the task catalog warmed once per worker.
 
 The paper's released RL rows (``sciworld_rl_split.jsonl``) have no ``sim_task``: they carry a prompt for
-the world model, but neither a start state the tracker can follow nor the goals a score needs. Every
-simulated episode would then get the same reward and GRPO would learn nothing, silently, so such a row
-is refused with an error that names it and the command that rebuilds rows from the real env.
+the world model, but neither a start state the tracker can follow nor the goals a score needs (every
+simulated episode would get the same reward, and GRPO would learn nothing, silently). :meth:`load_row`
+with ``need_sim`` refuses such a row by name; the loaders of GRPO and in-WM evaluation complete it first
+through :mod:`textwm.envs.sim_cache`, which bakes the start state from the real env once per task id and
+simplification (:meth:`build_sim_task`, :func:`~textwm.envs.sciworld.tasks.bake_sim_task`) and caches it.
+The row's own ``messages`` (the paper's agent prompt) stay the agent's conversation.
+
+``SCIWORLD_ENV_URL`` (the paper's switch, :attr:`replay_url_env`) points GRPO's reward at a real env
+server: each episode's actions are replayed there and the real score is rewarded
+(:mod:`textwm.rl.replay`).
 """
 
 from __future__ import annotations
@@ -61,6 +68,9 @@ class SciWorldSpec(EnvSpec):
     session_config = SciWorldSessionConfig
     #: The paper's env-server wire form (``POST /`` / ``DELETE /`` by task-id key), answered beside ours.
     paper_form = SciWorldPaperForm()
+    builds_sim_tasks = True
+    #: The paper's switch: the reward replays each episode's actions in this env server (sciworld_plugin.py).
+    replay_url_env = "SCIWORLD_ENV_URL"
 
     # --- rows ----------------------------------------------------------------------------------------
 
@@ -95,12 +105,33 @@ class SciWorldSpec(EnvSpec):
     def missing_sim_task(self, task_id: str) -> str:
         task = task_id.rsplit("_v", 1)[0]
         return (f"RL row {task_id!r} has no 'sim_task' (the start state and goals the simulator scores with); rows "
-                "of the paper's release have none. Rebuild the rows from the real env, e.g. "
-                f"`python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data --tasks {task}`, and use "
-                "runs/sciworld_data/rl_*.jsonl")
+                "of the paper's release have none. Complete them from the real env, once, cached: "
+                "`python -m textwm.envs.sim_cache --env sciworld --rows FILE` (GRPO and in-WM evaluation do it "
+                "on their own), or rebuild the rows, e.g. "
+                f"`python sciworld/build_wm_dataset.py --out-dir runs/sciworld_data --tasks {task}`")
 
     def reset_options_of(self, sim_task: Task | None) -> dict[str, Any]:
         return {"simplification": sim_task.simplification} if sim_task is not None else {}
+
+    def build_options_of(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The paper's rows are of the ``easy`` simplification (their start rooms show open doors); a row's own
+        ``simplification`` column, if any, wins."""
+        simplification = row.get("simplification")
+        return {"simplification": simplification if isinstance(simplification, str) else DEFAULT_SIMPLIFICATION}
+
+    def build_sim_task(self, session: EnvSession, task_id: str, reset_options: Mapping[str, Any]) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from textwm.envs.sciworld.tasks import bake_sim_task
+
+        ref = parse_task_id(task_id)  # a _gen<k> copy plays its base task
+        task = bake_sim_task(session, ref.task_id, simplification=reset_options.get("simplification"))
+        return {**asdict(task), "task_id": task_id}
+
+    def sim_task_version(self) -> str:
+        from textwm.envs.sciworld.tasks import sim_task_version
+
+        return sim_task_version()
 
     # --- agent side, simulator, reward -----------------------------------------------------------------
 
