@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from textwm.config import ConfigError, coerce, leaves, read_yaml
-from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, WEDLM_LOSS_WEIGHTINGS, SFTConfig
+from textwm.training.deepspeed_paths import (  # noqa: F401 (re-exported)
+    LLAMAFACTORY_DEEPSPEED,
+    our_deepspeed_dir,
+    resolve_deepspeed,
+)
+from textwm.training.sft_config import IGNORED_LLAMAFACTORY_KEYS, WEDLM_LOSS_WEIGHTINGS, SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -418,44 +423,3 @@ def _wandb(full: dict[str, Any], paper: dict[str, Any], ours: dict[str, Any], ou
             out.values[target] = full[key]
     if full["use_wandb"] and not out.values.get("wandb_project"):
         out.values["wandb_project"] = "wedlm-sft"  # upstream: wandb.init(project=... or "wedlm-sft")
-
-
-# --- the DeepSpeed paths of the paper's LlamaFactory YAML ----------------------------------------------
-
-#: LlamaFactory's bundled ``examples/deepspeed/*.json`` (the SDAR fork's are the same files) -> ours in
-#: ``sdar/configs/``, with the same ZeRO stage and offloads (hiyouga/LLaMA-Factory ``examples/deepspeed``).
-LLAMAFACTORY_DEEPSPEED = {
-    "ds_z0_config.json": "ds_z0.json",
-    "ds_z2_config.json": "ds_z2.json",
-    "ds_z2_offload_config.json": "ds_z2_offload.json",
-    "ds_z3_config.json": "ds_z3.json",
-    "ds_z3_offload_config.json": "ds_z3_offload.json",
-}
-
-
-def our_deepspeed_dir() -> Path:
-    """``sdar/configs`` of this checkout (src/textwm/training/ -> the repository root)."""
-    return Path(__file__).resolve().parents[3] / "sdar" / "configs"
-
-
-def resolve_deepspeed(value: str) -> str:
-    """A ``deepspeed:`` value as a file that exists: itself, or our equivalent of a LlamaFactory bundled
-    config named by a LlamaFactory-relative path (e.g. ``examples/deepspeed/ds_z3_config.json``), announced.
-
-    Raises:
-        ConfigError: naming the key and the path, when it is neither.
-    """
-    if Path(value).is_file():
-        return value
-    name = LLAMAFACTORY_DEEPSPEED.get(Path(value).name)
-    if name is None:
-        raise ConfigError(f"file {value!r} does not exist (relative to {Path.cwd()}) and is not one of "
-                          f"LlamaFactory's bundled configs ({', '.join(LLAMAFACTORY_DEEPSPEED)}); give the path "
-                          f"of a DeepSpeed JSON, e.g. sdar/configs/ds_z3.json", key="deepspeed")
-    ours = our_deepspeed_dir() / name
-    if not ours.is_file():
-        raise ConfigError(f"{value!r} is LlamaFactory's {Path(value).name}, whose equivalent here, {ours}, is "
-                          "missing from this checkout; give the path of a DeepSpeed JSON", key="deepspeed")
-    log.warning("deepspeed: %s is LlamaFactory's bundled %s, not found here: using our %s (same ZeRO stage and "
-                "offload)", value, Path(value).name, ours)
-    return str(ours)
