@@ -15,6 +15,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
+# <folder>/.env (HF_TOKEN, WANDB_API_KEY, ...; copy .env.example) is read when present, as in the paper.
+if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
+  set -a
+  # shellcheck disable=SC1091
+  source "$(dirname "${BASH_SOURCE[0]}")/.env"
+  set +a
+fi
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -22,10 +29,11 @@ MODEL_DIR="${MODEL_DIR:-$ROOT/runs/llm_training/ar_sft}"
 MODEL_TYPE="${MODEL_TYPE:-}"
 TEMPLATE="${TEMPLATE:-}"
 USE_HF="${USE_HF:-true}"
-DATA_DIR="${DATA_DIR:-$ROOT/runs/ar_data}"
+PAPER_DATA_DIR="$ROOT/llm_training/data"    # as train.sh
+DATA_DIR="${DATA_DIR:-$([ -f "$PAPER_DATA_DIR/test.jsonl" ] && echo "$PAPER_DATA_DIR" || echo "$ROOT/runs/ar_data")}"
 VAL_FILE="${VAL_FILE:-$DATA_DIR/test.jsonl}"
 EVAL_FILES="${EVAL_FILES:-$VAL_FILE}"
-OUTPUT_DIR="${OUTPUT_DIR:-}"
+OUTPUT_DIR="${OUTPUT_DIR:-${OUTPUT_BASE:-}}"   # OUTPUT_BASE: the paper's name
 NUM_GPUS="${NUM_GPUS:-$GPUS_VISIBLE}"
 MASTER_PORT="${MASTER_PORT:-29501}"
 TORCH_DTYPE="${TORCH_DTYPE:-$([ "$NUM_GPUS" -gt 0 ] && echo bfloat16 || echo float32)}"
@@ -39,6 +47,12 @@ DATALOADER_NUM_WORKERS="${DATALOADER_NUM_WORKERS:-4}"
 CHECK_MODEL="${CHECK_MODEL:-false}"
 
 # ── checks and derived flags ─────────────────────────────────────────────────────────────────────
+# The paper's train.sh wrote to llm_training/output/<run>; ours writes to runs/llm_training/<run>.
+if [ ! -e "$MODEL_DIR" ] && [[ "$MODEL_DIR" == output/* || "$MODEL_DIR" == ./output/* ]] \
+    && [ -d "$ROOT/runs/llm_training/$(basename "$MODEL_DIR")" ]; then
+  echo "eval.sh: notice: $MODEL_DIR is not here; using train.sh's $ROOT/runs/llm_training/$(basename "$MODEL_DIR")" >&2
+  MODEL_DIR="$ROOT/runs/llm_training/$(basename "$MODEL_DIR")"
+fi
 CHECKPOINT="$MODEL_DIR"
 if [ -d "$MODEL_DIR" ] && [ ! -f "$MODEL_DIR/config.json" ]; then
   CHECKPOINT="$(ls -d "$MODEL_DIR"/last-checkpoint "$MODEL_DIR"/v*/last-checkpoint 2>/dev/null | sort -V | tail -n 1 || true)"

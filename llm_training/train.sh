@@ -17,6 +17,13 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib/swift_launch.sh"   # DEFAULT_SWIFT, GPUS_VISIBLE, use_gpus
+# <folder>/.env (HF_TOKEN, WANDB_API_KEY, ...; copy .env.example) is read when present, as in the paper.
+if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
+  set -a
+  # shellcheck disable=SC1091
+  source "$(dirname "${BASH_SOURCE[0]}")/.env"
+  set +a
+fi
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"
@@ -24,7 +31,10 @@ MODEL="${MODEL:-Qwen/Qwen3-8B}"
 MODEL_TYPE="${MODEL_TYPE:-}"
 TEMPLATE="${TEMPLATE:-}"
 USE_HF="${USE_HF:-true}"
-DATA_DIR="${DATA_DIR:-$ROOT/runs/ar_data}"
+# llm_training/data (where the paper's `python prepare_data.py` run from llm_training/ writes) when it has
+# a train.jsonl, else runs/ar_data.
+PAPER_DATA_DIR="$ROOT/llm_training/data"
+DATA_DIR="${DATA_DIR:-$([ -f "$PAPER_DATA_DIR/train.jsonl" ] && echo "$PAPER_DATA_DIR" || echo "$ROOT/runs/ar_data")}"
 TRAIN_FILE="${TRAIN_FILE:-$DATA_DIR/train.jsonl}"
 VAL_FILE="${VAL_FILE-$DATA_DIR/test.jsonl}"
 RUN_NAME="${RUN_NAME:-ar_sft}"

@@ -8,6 +8,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# <folder>/.env (HF_TOKEN, WANDB_API_KEY, ...; copy .env.example) is read when present, as in the paper.
+if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
+  set -a
+  # shellcheck disable=SC1091
+  source "$(dirname "${BASH_SOURCE[0]}")/.env"
+  set +a
+fi
 CONFIG="${CONFIG:-$ROOT/sdar/configs/sft_example.yaml}"
 NUM_GPUS="${NUM_GPUS:-8}"
 MASTER_PORT="${MASTER_PORT:-29500}"

@@ -47,6 +47,25 @@ def test_eval_sh_names_a_missing_checkpoint(tmp_path):
     assert "MODEL_DIR" in res.stderr and "no_run" in res.stderr
 
 
+def test_eval_sh_finds_the_papers_output_path_under_runs():
+    """The paper's `MODEL_DIR=./output/<run> bash eval.sh` (run from llm_training/) finds our train.sh's
+    runs/llm_training/<run>, with a notice (here an empty run folder: then the missing checkpoint is named)."""
+    import shutil
+    import uuid
+
+    name = f"paper_path_{uuid.uuid4().hex[:8]}"
+    run_dir = REPO / "runs" / "llm_training" / name
+    run_dir.mkdir(parents=True)
+    try:
+        full_env = {**os.environ, "NUM_GPUS": "0", "MODEL_DIR": f"./output/{name}"}
+        res = subprocess.run(["bash", "eval.sh"], capture_output=True, text=True, cwd=REPO / "llm_training",
+                             env=full_env, timeout=60)
+    finally:
+        shutil.rmtree(run_dir)
+    assert res.returncode == 2
+    assert f"using train.sh's {run_dir}" in res.stderr and "no config.json and no last-checkpoint" in res.stderr
+
+
 @pytest.mark.slow
 def test_train_one_step_then_eval_loss(tmp_path):
     pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")

@@ -300,3 +300,14 @@ def test_a_deepspeed_path_that_exists_is_kept_and_another_is_refused(tmp_path, m
     with pytest.raises(ConfigError, match="deepspeed file 'examples/deepspeed/ds_z9.json' does not exist .* not one "
                                           "of LlamaFactory's bundled configs"):
         load_config(_yaml(tmp_path / "c.yaml", {**PAPER_SDAR, "deepspeed": "examples/deepspeed/ds_z9.json"}))
+
+
+def test_our_deepspeed_paths_resolve_from_another_folder(tmp_path, monkeypatch):
+    """sdar/configs/sft_example.yaml names sdar/configs/ds_z3.json; run from sdar/ (the paper's habit) it is
+    found in the checkout."""
+    from textwm.training.deepspeed_paths import repository_root, resolve_deepspeed
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_deepspeed("sdar/configs/ds_z3.json") == str(repository_root() / "sdar" / "configs" / "ds_z3.json")
+    with pytest.raises(ConfigError, match="deepspeed"):
+        resolve_deepspeed("sdar/configs/ds_z9.json")

@@ -21,20 +21,31 @@ LLAMAFACTORY_DEEPSPEED = {
 }
 
 
+def repository_root() -> Path:
+    """The checkout this package runs from (src/textwm/training/ -> the repository root)."""
+    return Path(__file__).resolve().parents[3]
+
+
 def our_deepspeed_dir() -> Path:
-    """``sdar/configs`` of this checkout (src/textwm/training/ -> the repository root)."""
-    return Path(__file__).resolve().parents[3] / "sdar" / "configs"
+    """``sdar/configs`` of this checkout."""
+    return repository_root() / "sdar" / "configs"
 
 
 def resolve_deepspeed(value: str) -> str:
-    """A ``deepspeed:`` value as a file that exists: itself, or our equivalent of a LlamaFactory bundled
-    config named by a LlamaFactory-relative path (e.g. ``examples/deepspeed/ds_z3_config.json``), announced.
+    """A ``deepspeed:`` value as a file that exists: itself (relative to the working directory, else to the
+    repository root: our YAMLs name ``sdar/configs/ds_z3.json``, which from ``sdar/`` is not found as such),
+    or our equivalent of a LlamaFactory bundled config named by a LlamaFactory-relative path (e.g.
+    ``examples/deepspeed/ds_z3_config.json``), announced.
 
     Raises:
         ConfigError: naming the key and the path, when it is neither.
     """
     if Path(value).is_file():
         return value
+    in_checkout = repository_root() / value
+    if not Path(value).is_absolute() and in_checkout.is_file():
+        log.info("deepspeed: %s is not under %s: using the checkout's %s", value, Path.cwd(), in_checkout)
+        return str(in_checkout)
     name = LLAMAFACTORY_DEEPSPEED.get(Path(value).name)
     if name is None:
         raise ConfigError(f"file {value!r} does not exist (relative to {Path.cwd()}) and is not one of "
