@@ -21,7 +21,8 @@ export MODEL_PATH="${MODEL_PATH:-LiquidAI/LFM2.5-1.2B-Instruct}"
 export TEMPLATE="${TEMPLATE:-chatml}"
 export STOP_WORDS="${STOP_WORDS:-<|im_end|> <|endoftext|> <|tool_call_end|>}"
 export RUN_NAME="${RUN_NAME:-alfworld_lfm_grpo}"
-export NUM_GPUS="${NUM_GPUS:-1}"
+# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 1.
+export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 1; fi)}"
 export LR="${LR:-5e-7}"
 export BETA="${BETA:-0.05}"
 export EPOCHS="${EPOCHS:-1}"
@@ -32,6 +33,7 @@ export VLLM_MAX_MODEL_LEN="${VLLM_MAX_MODEL_LEN:-32768}"
 export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.4}"
 export SAVE_STEPS="${SAVE_STEPS:-10}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
+export PAPER_DATA="${PAPER_DATA:-alfworld_rl.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=alfworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

@@ -21,7 +21,8 @@ export MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
 export TEMPLATE="${TEMPLATE:-llama}"
 export STOP_WORDS="${STOP_WORDS:-</s>}"
 export RUN_NAME="${RUN_NAME:-alfworld_mistral_grpo}"
-export NUM_GPUS="${NUM_GPUS:-4}"
+# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 4.
+export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 4; fi)}"
 export LR="${LR:-5e-7}"
 export BETA="${BETA:-0.1}"
 export EPOCHS="${EPOCHS:-1}"
@@ -33,6 +34,7 @@ export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
 export SAVE_STEPS="${SAVE_STEPS:-5}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-10}"
 export DEEPSPEED="${DEEPSPEED-$([ "$NUM_GPUS" -gt 1 ] && echo zero2)}"
+export PAPER_DATA="${PAPER_DATA:-alfworld_rl_mistral.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=alfworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

@@ -26,6 +26,7 @@ export WARMUP_RATIO="${WARMUP_RATIO:-0.1}"
 export MAX_GRAD_NORM="${MAX_GRAD_NORM:-1.0}"
 export SAVE_STEPS="${SAVE_STEPS:-25}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-3}"
+export PAPER_DATA="${PAPER_DATA:-alfworld_sft_large_mistral.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=alfworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

@@ -21,7 +21,8 @@ export MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
 export TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
 export STOP_WORDS="${STOP_WORDS:-<|im_end|> <|endoftext|>}"
 export RUN_NAME="${RUN_NAME:-alfworld_qwen3_grpo}"
-export NUM_GPUS="${NUM_GPUS:-2}"
+# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 2.
+export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 2; fi)}"
 export LR="${LR:-5e-7}"
 export BETA="${BETA:-0.1}"
 export EPOCHS="${EPOCHS:-1}"
@@ -33,6 +34,7 @@ export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
 export SAVE_STEPS="${SAVE_STEPS:-10}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
 export DEEPSPEED="${DEEPSPEED-$([ "$NUM_GPUS" -gt 1 ] && echo zero2)}"
+export PAPER_DATA="${PAPER_DATA:-alfworld_rl.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=alfworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

@@ -21,6 +21,7 @@ export EPOCHS="${EPOCHS:-3}"
 export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-2}"
 export GRAD_ACCUM_STEPS="${GRAD_ACCUM_STEPS:-4}"
 export LR="${LR:-2e-5}"
+export PAPER_DATA="${PAPER_DATA:-appworld_sft_lfm25.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=appworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

@@ -20,9 +20,11 @@ export MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
 export TEMPLATE="${TEMPLATE:-llama}"
 export STOP_WORDS="${STOP_WORDS:-</s>}"
 export RUN_NAME="${RUN_NAME:-appworld_mistral_grpo}"
-export NUM_GPUS="${NUM_GPUS:-2}"
+# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 2.
+export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 2; fi)}"
 export LR="${LR:-1e-6}"
 export BETA="${BETA:-0.1}"
 export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
+export PAPER_DATA="${PAPER_DATA:-appworld_rl_split_clean.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/appworld_grpo.sh" "$@"

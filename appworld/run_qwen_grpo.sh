@@ -20,9 +20,11 @@ export MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
 export TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
 export STOP_WORDS="${STOP_WORDS:-<|im_end|> <|endoftext|>}"
 export RUN_NAME="${RUN_NAME:-appworld_qwen_grpo}"
-export NUM_GPUS="${NUM_GPUS:-1}"
+# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 1.
+export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 1; fi)}"
 export LR="${LR:-1e-6}"
 export BETA="${BETA:-0.1}"
 export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
+export PAPER_DATA="${PAPER_DATA:-appworld_rl_split_clean.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/appworld_grpo.sh" "$@"

@@ -24,6 +24,7 @@ export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
 export GRAD_ACCUM_STEPS="${GRAD_ACCUM_STEPS:-4}"
 export LR="${LR:-2e-6}"
 export WARMUP_RATIO="${WARMUP_RATIO:-0.1}"
+export PAPER_DATA="${PAPER_DATA:-appworld_sft_gpt_agent_clean.jsonl appworld_sft_gpt_agent.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=appworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

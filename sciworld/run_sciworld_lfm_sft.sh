@@ -23,6 +23,7 @@ export EPOCHS="${EPOCHS:-5}"
 export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-2}"
 export LR="${LR:-5e-6}"
 export SAVE_STEPS="${SAVE_STEPS:-10}"
+export PAPER_DATA="${PAPER_DATA:-sciworld_sft_gpt_perfect.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=sciworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

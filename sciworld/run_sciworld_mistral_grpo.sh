@@ -27,6 +27,7 @@ export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
 export OFFLOAD_MODEL="${OFFLOAD_MODEL:-true}"
 export OFFLOAD_OPTIMIZER="${OFFLOAD_OPTIMIZER:-true}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
+export PAPER_DATA="${PAPER_DATA:-sciworld_rl_split_mistral.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=sciworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

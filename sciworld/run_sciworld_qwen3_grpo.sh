@@ -32,6 +32,7 @@ export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
 export OFFLOAD_MODEL="${OFFLOAD_MODEL:-false}"
 export OFFLOAD_OPTIMIZER="${OFFLOAD_OPTIMIZER:-false}"
 export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-3}"
+export PAPER_DATA="${PAPER_DATA:-sciworld_rl_split.jsonl}"   # the paper's DATA, used from <env>/data/ when there
 export LAUNCHER="${BASH_SOURCE[0]##*/}"
 export ENV_NAME=sciworld
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

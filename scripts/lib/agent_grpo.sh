@@ -12,8 +12,8 @@
 # Runtime: hours to a day or more for the full task set; ~1 min for one step of a tiny model on CPU.
 #
 # Every knob is an environment variable with the paper's default; `python -m textwm.rl.launch --help`
-# lists them, and `--print-command` shows the swift line they make. Extra arguments are appended to
-# the swift command line:
+# lists them, and `--print-command` (the first argument) shows the swift line they make. Extra arguments
+# are appended to the swift command line:
 #
 #   WM_ENDPOINT=http://127.0.0.1:30000/ DATA=runs/sciworld_data/rl_train.jsonl bash sciworld/run_sciworld_qwen3_grpo.sh
 #
@@ -23,9 +23,19 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 ENV_NAME="${ENV_NAME:?set ENV_NAME (sciworld, alfworld, ...): run an env launcher such as sciworld/run_sciworld_qwen3_grpo.sh}"
 export LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
+# DATA unset: the paper's file in <env>/data/ (PAPER_DATA: its names, set by the env launcher; the first
+# that exists), as the paper's run scripts read data/<name> from the env folder; else our builder's output.
+export PAPER_DATA="${PAPER_DATA:-}"
+if [ -z "${DATA:-}" ]; then
+  for name in $PAPER_DATA; do
+    if [ -f "$ROOT/$ENV_NAME/data/$name" ]; then DATA="$ROOT/$ENV_NAME/data/$name"; break; fi
+  done
+fi
 export DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/rl_train.jsonl}"
 export OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/${RUN_NAME:-${ENV_NAME}_grpo}}"
 DEFAULT_PYTHON="python3"
 [ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
 
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch --env "$ENV_NAME" -- "$@"
+FLAGS=()   # a first argument --print-command prints the swift line instead of running it
+if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi
+exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch --env "$ENV_NAME" "${FLAGS[@]}" -- "$@"

@@ -12,7 +12,8 @@
 # Runtime: minutes to under an hour for a few hundred demos on 1 GPU; ~20 s for one step of a tiny
 # model on CPU.
 #
-# Every knob is an environment variable; extra arguments are appended to the swift command line:
+# Every knob is an environment variable; extra arguments are appended to the swift command line
+# (a first argument --print-command prints that line instead of running it):
 #
 #   DATA=runs/sciworld_data/sft_train.jsonl bash sciworld/run_sciworld_qwen3_sft.sh
 #
@@ -30,6 +31,12 @@ MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
 MODEL_TYPE="${MODEL_TYPE:-}"
 TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
 USE_HF="${USE_HF:-true}"
+PAPER_DATA="${PAPER_DATA:-}"   # the paper's names of DATA, first found in <env>/data/ is the default
+if [ -z "${DATA:-}" ]; then
+  for name in $PAPER_DATA; do
+    if [ -f "$ROOT/$ENV_NAME/data/$name" ]; then DATA="$ROOT/$ENV_NAME/data/$name"; break; fi
+  done
+fi
 DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/sft_train.jsonl}"
 VAL_DATA="${VAL_DATA:-}"
 RUN_NAME="${RUN_NAME:-${ENV_NAME}_sft}"
@@ -59,10 +66,18 @@ SEED="${SEED:-42}"
 
 # ── checks and derived flags ─────────────────────────────────────────────────────────────────────
 if [ ! -f "$DATA" ]; then
+  PAPER_HINT=""
+  if [ -n "$PAPER_DATA" ]; then
+    PAPER_HINT=" or put the paper's released file ($PAPER_DATA; the paper's data/ folder, or shared/data/ of a"
+    PAPER_HINT+=" checkout that has it) in $ENV_NAME/data/, where it is used when DATA is unset,"
+  fi
   echo "$LAUNCHER: DATA '$DATA' not found. Build demonstrations from the real env with" \
-       "python $ENV_NAME/build_wm_dataset.py --out-dir runs/${ENV_NAME}_data, or point DATA at a chat JSONL." >&2
+       "python $ENV_NAME/build_wm_dataset.py --out-dir runs/${ENV_NAME}_data,$PAPER_HINT" \
+       "or point DATA at a chat JSONL." >&2
   exit 2
 fi
+PRINT_COMMAND=false   # --print-command (first argument): print the swift line, do not run it
+if [ "${1:-}" = "--print-command" ]; then PRINT_COMMAND=true; shift; fi
 OPTIONAL=()
 [ -n "$MODEL_TYPE" ] && OPTIONAL+=(--model_type "$MODEL_TYPE")
 [ -n "$VAL_DATA" ] && OPTIONAL+=(--val_dataset "$VAL_DATA")
@@ -70,9 +85,7 @@ OPTIONAL=()
 use_gpus "$LAUNCHER" "CPU run in $TORCH_DTYPE"
 export CUDA_VISIBLE_DEVICES PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
-echo "$LAUNCHER: $MODEL_PATH on $DATA -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_DTYPE"
-
-"$SWIFT" sft \
+COMMAND=("$SWIFT" sft \
   --model "$MODEL_PATH" \
   --template "$TEMPLATE" \
   --use_hf "$USE_HF" \
@@ -100,4 +113,10 @@ echo "$LAUNCHER: $MODEL_PATH on $DATA -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_D
   --seed "$SEED" \
   --output_dir "$OUTPUT_DIR" \
   "${OPTIONAL[@]}" \
-  "$@"
+  "$@")
+if [ "$PRINT_COMMAND" = true ]; then
+  echo "${COMMAND[*]}"
+  exit 0
+fi
+echo "$LAUNCHER: $MODEL_PATH on $DATA -> $OUTPUT_DIR; $NUM_GPUS GPU(s), $TORCH_DTYPE"
+"${COMMAND[@]}"

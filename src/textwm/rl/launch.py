@@ -68,6 +68,8 @@ class GRPOConfig:
     env: str = option("", "the env (a registered name, e.g. sciworld)")
     data: str = _knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py, or the paper's released "
                           "rows)", "DATA")
+    paper_data: str = _knob("", "the paper's names of the RL rows file (space-separated), named when DATA is missing; "
+                                "the shell launchers default DATA to the first of them in <env>/data/", "PAPER_DATA")
     model_path: str = _knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
     model_type: str = _knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
     template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
@@ -130,9 +132,7 @@ class GRPOConfig:
         if not self.env:
             raise ConfigError(f"{name}: no env; give --env NAME ({', '.join(env_names())})")
         if not self.data or not Path(self.data).is_file():
-            raise ConfigError(f"{name}: DATA '{self.data}' not found. Build the RL rows from the real env with python "
-                              f"{self.env}/build_wm_dataset.py --out-dir runs/{self.env}_data, or point DATA at an "
-                              "rl_*.jsonl (or the paper's released RL rows).")
+            raise ConfigError(f"{name}: DATA '{self.data}' not found. {self._data_hint()}")
         if self.wm_guard not in ("", "0", "1"):
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
         if self.env_url and self.env in env_names() and not get_env(self.env).replay_url_env:
@@ -141,6 +141,16 @@ class GRPOConfig:
                      "grad_accum_steps", "sim_workers"):
             if getattr(self, knob) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, knob)}", key=knob.upper())
+
+    def _data_hint(self) -> str:
+        """How to get the RL rows: our builder, the paper's released file (by its name), or DATA."""
+        env = self.env
+        hint = f"Build the RL rows from the real env with python {env}/build_wm_dataset.py --out-dir runs/{env}_data"
+        if self.paper_data:
+            hint += (f", or put the paper's released file ({self.paper_data}; the paper's data/ folder, or "
+                     f"shared/data/ of a checkout that has it) in {env}/data/, where the launcher uses it when DATA "
+                     "is unset")
+        return hint + ", or point DATA at an rl_*.jsonl."
 
     # --- derived -------------------------------------------------------------------------------------
 

@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 STATE_KEY = "textwm_episode"
 #: Env var naming the trajectory log file (default: ``<output_dir>/trajectories.jsonl``).
 TRAJECTORY_LOG_ENV = "TEXTWM_TRAJECTORY_LOG"
+#: The paper's name of the same switch (its alfworld/appworld plugins and run scripts read ``TRAJECTORY_LOG``).
+PAPER_TRAJECTORY_LOG_ENV = "TRAJECTORY_LOG"
 TRAJECTORY_LOG_NAME = "trajectories.jsonl"
 #: Where the log goes when neither the env var nor the trainer's output_dir is known.
 FALLBACK_TRAJECTORY_LOG = Path("runs") / TRAJECTORY_LOG_NAME
@@ -256,10 +258,12 @@ class EpisodeDriver:
 # --- trajectory log ------------------------------------------------------------------------------------
 
 def trajectory_log_path(args: Any = None, environ: Mapping[str, str] | None = None) -> Path:
-    """``$TEXTWM_TRAJECTORY_LOG``, else ``<trainer output_dir>/trajectories.jsonl``, else ``runs/trajectories.jsonl``."""
+    """``$TEXTWM_TRAJECTORY_LOG`` (or the paper's ``$TRAJECTORY_LOG``),
+    else ``<trainer output_dir>/trajectories.jsonl``, else ``runs/trajectories.jsonl``."""
     environ = os.environ if environ is None else environ
-    if environ.get(TRAJECTORY_LOG_ENV, "").strip():
-        return Path(environ[TRAJECTORY_LOG_ENV].strip())
+    for name in (TRAJECTORY_LOG_ENV, PAPER_TRAJECTORY_LOG_ENV):
+        if environ.get(name, "").strip():
+            return Path(environ[name].strip())
     output_dir = getattr(args, "output_dir", None)
     if output_dir:
         return Path(output_dir) / TRAJECTORY_LOG_NAME

@@ -138,6 +138,22 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     return 0
 
 
+#: The repetition penalty the paper's WM proxies (``alfworld/wm_proxy.py``, ``appworld/wm_proxy.py``,
+#: ``WMHandler.do_POST``) fill in for requests that carry none.
+PAPER_PROXY_REPETITION_PENALTY = 1.3
+
+
+def paper_proxy_main(argv: list[str], prog: str, *, sglang_port: bool) -> int:
+    """The WM proxy with the paper's defaults, for the env folders' ``wm_proxy.py``: repetition penalty 1.3
+    for requests without one and, with ``sglang_port``, ``$SGLANG_PORT`` as the WM server's port (the paper's
+    AppWorld proxy). They go before the user's flags, so the user's win (argparse keeps the last value)."""
+    defaults = ["--repetition-penalty", str(PAPER_PROXY_REPETITION_PENALTY)]
+    port = os.environ.get("SGLANG_PORT", "").strip() if sglang_port else ""
+    if port:
+        defaults += ["--upstream", f"http://127.0.0.1:{port}"]
+    return proxy_main([*defaults, *argv], prog=prog)
+
+
 def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serving proxy") -> int:
     parsed = ConfigCLI(ProxyServeConfig, prog=prog, description=ProxyServeConfig.__doc__).parse_or_report(argv)
     if parsed is None:
