@@ -18,7 +18,10 @@ fi
 CONFIG="${CONFIG:-$ROOT/sdar/configs/sft_example.yaml}"
 NUM_GPUS="${NUM_GPUS:-8}"
 MASTER_PORT="${MASTER_PORT:-29500}"
-TORCHRUN="${TORCHRUN:-torchrun}"
+# The checkout's venv when there is one (the paper's scripts activated theirs), else torchrun on PATH.
+DEFAULT_TORCHRUN=torchrun
+[ -x "$ROOT/.venv/bin/torchrun" ] && DEFAULT_TORCHRUN="$ROOT/.venv/bin/torchrun"
+TORCHRUN="${TORCHRUN:-$DEFAULT_TORCHRUN}"
 
 export PYTHONUNBUFFERED=1
 # TORCHRUN is split into words on purpose (e.g. TORCHRUN="python3 -m torch.distributed.run").

@@ -26,8 +26,10 @@ CONFIG="${CONFIG:-$HERE/configs/example.yaml}"
 NUM_GPUS="${NUM_GPUS:-8}"
 MIXED_PRECISION="${MIXED_PRECISION:-bf16}"
 MASTER_PORT="${MASTER_PORT:-29500}"
-PYTHON="${PYTHON:-python}"
-TORCHRUN="${TORCHRUN:-torchrun}"
+# The checkout's venv when there is one (the paper's scripts activated theirs), else what is on PATH.
+ROOT_VENV="$HERE/../.venv/bin"
+PYTHON="${PYTHON:-$([ -x "$ROOT_VENV/python" ] && echo "$ROOT_VENV/python" || echo python)}"
+TORCHRUN="${TORCHRUN:-$([ -x "$ROOT_VENV/torchrun" ] && echo "$ROOT_VENV/torchrun" || echo torchrun)}"
 
 for knob in VENV_DIR WEDLM_DIR; do
   if [ -n "${!knob:-}" ]; then
