@@ -24,6 +24,9 @@ if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
   source "$(dirname "${BASH_SOURCE[0]}")/.env"
   set +a
 fi
+for paper_var in VENV_DIR; do   # the paper's scripts' checkout and venv: nothing to point at here
+  [ -n "${!paper_var:-}" ] && echo "${BASH_SOURCE[0]##*/}: notice: $paper_var is not needed here (this checkout's package and .venv)" >&2
+done
 
 # ── knobs ────────────────────────────────────────────────────────────────────────────────────────
 SWIFT="${SWIFT:-$DEFAULT_SWIFT}"

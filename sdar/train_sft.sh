@@ -15,6 +15,9 @@ if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
   source "$(dirname "${BASH_SOURCE[0]}")/.env"
   set +a
 fi
+for paper_var in SDAR_DIR VENV_DIR; do   # the paper's scripts' checkout and venv: nothing to point at here
+  [ -n "${!paper_var:-}" ] && echo "${BASH_SOURCE[0]##*/}: notice: $paper_var is not needed here (this checkout's package and .venv)" >&2
+done
 CONFIG="${CONFIG:-$ROOT/sdar/configs/sft_example.yaml}"
 NUM_GPUS="${NUM_GPUS:-8}"
 MASTER_PORT="${MASTER_PORT:-29500}"

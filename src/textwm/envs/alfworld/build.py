@@ -35,6 +35,9 @@ from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
 
 #: Game folders' splits -> the dataset's split names.
 SPLIT_OF = {"train": "train", "eval_in_distribution": "dev", "eval_out_of_distribution": "test"}
+#: ``random.Random(7).shuffle`` of the sorted game files: the paper's alfworld/build_dataset.py main() and
+#: build_sft_expert.py main() (``--shuffle``; the SFT builder always shuffles).
+PAPER_SHUFFLE_SEED = 7
 #: Shares of the exploratory steps: the expert's action, a sampled admissible command, an invalid command.
 EXPERT_SHARE, ADMISSIBLE_SHARE = 0.35, 0.45
 
@@ -44,12 +47,27 @@ class AlfWorldBuildConfig(BuildConfig):
     """Build the ALFWorld world-model dataset (and RL task rows, SFT demos) from real games."""
 
     games_dir: str = option("", "games root of alfworld/build_games.py (<split>/<task folder>/<trial>/game.tw-pddl)")
+    split: str = option("", "build this games split only, from all its games in path order (the paper's "
+                            "build_dataset.py --split); '': every split, --{train,dev,test}-variations per task type",
+                        choices=("", *SPLIT_OF))
+    limit: int = option(-1, "with --split: the first N games only (-1: all)")
+    shuffle: bool = option(False, f"with --split: shuffle the games with random.Random({PAPER_SHUFFLE_SEED}) before "
+                                  "--limit (the paper's seed)")
+    max_steps: int = option(EXPERT_STEPS, "expert actions per game at most (the paper's build_sft_expert.py --max-steps)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.games_dir or not Path(self.games_dir).is_dir():
             raise ValueError(f"--games-dir {self.games_dir!r} is not a folder: build games first with "
-                             "python alfworld/build_games.py --out-dir runs/alfworld_games --num-games 300")
+                             "python alfworld/build_games.py --out-dir runs/alfworld_games --num-games 300 "
+                             "(downloaded ALFWorld games, $ALFWORLD_DATA, carry no scene to build the WM prompt from)")
+        if self.limit == 0 or self.limit < -1:
+            raise ValueError(f"--limit must be -1 (all games) or >= 1, got {self.limit}")
+        if (self.limit > 0 or self.shuffle) and not self.split:
+            raise ValueError("--limit and --shuffle choose games of one split: add --split "
+                             f"{{{','.join(SPLIT_OF)}}} (without --split use --train-variations etc.)")
+        if self.max_steps < 1:
+            raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
 
 
 def invalid_action(rng: random.Random, scene: Scene, admissible: list[str]) -> str:
@@ -103,6 +121,8 @@ class AlfWorldBuilder:
     def plan(self, config: BuildConfig) -> list[Job]:
         root = Path(config.games_dir).resolve()
         wanted = set(config.tasks or ())
+        if config.split:
+            return self._plan_split(config, root, wanted)
         jobs = []
         for game_split, split in SPLIT_OF.items():
             games = sorted(p.parent for p in (root / game_split).glob(f"*/*/{GAME_FILE}"))
@@ -118,6 +138,26 @@ class AlfWorldBuilder:
                                     {"root": str(root), "game_split": game_split}))
         if not jobs:
             raise ValueError(f"no games under {root}/{{{','.join(SPLIT_OF)}}} (for tasks {sorted(wanted) or 'all'})")
+        return jobs
+
+    def _plan_split(self, config: AlfWorldBuildConfig, root: Path, wanted: set[str]) -> list[Job]:
+        """``--split``: that split's games sorted by file path, shuffled (``--shuffle``), the first ``--limit``
+        (the paper's alfworld/build_dataset.py main(): sorted game files, ``random.Random(7).shuffle``, ``[:limit]``;
+        ``--tasks`` filters before the shuffle)."""
+        files = sorted(str(p) for p in (root / config.split).glob(f"*/*/{GAME_FILE}"))
+        files = [f for f in files if not wanted or Path(f).parent.parent.name.split("-", 1)[0] in wanted]
+        if config.shuffle:
+            random.Random(PAPER_SHUFFLE_SEED).shuffle(files)
+        if config.limit > 0:
+            files = files[: config.limit]
+        if not files:
+            raise ValueError(f"no games under {root / config.split} (for tasks {sorted(wanted) or 'all'})")
+        jobs = []
+        for f in files:
+            game = Path(f).parent
+            task_id = game.relative_to(root).as_posix()
+            jobs.append(Job(task_id, game.parent.name.split("-", 1)[0], SPLIT_OF[config.split],
+                            job_seed(config.seed, task_id), {"root": str(root), "game_split": config.split}))
         return jobs
 
     def demo_config(self, out_dir: Path, demo: Any) -> AlfWorldBuildConfig:
@@ -152,7 +192,7 @@ class AlfWorldBuilder:
         info, won = reset.info, False
         demo = [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
                 {"role": "user", "content": agent.user_turn(reset.observation, info["admissible_commands"])}]
-        for step in range(EXPERT_STEPS):
+        for step in range(config.max_steps):
             action = info["expert_action"] or "look"
             result = env.step(action)
             rows.append(_row(scene, tracker, history, action, result.observation, job, step, "expert",
@@ -187,5 +227,5 @@ class AlfWorldBuilder:
         game_file = str(Path(job.meta["root"]) / job.task_id / GAME_FILE)
         rl = rl_row(scene, job, game_file, reset.observation, reset.info["admissible_commands"],
                     reset.info["expert_action"] or "look", config.max_turns)
-        return JobResult(job=job, rows=rows, rl=rl, sft={"messages": demo[:-1], "task_id": job.task_id} if won else None,
-                         gold_score=1.0 if won else 0.0)
+        sft = {"messages": demo[:-1], "task_id": job.task_id, "game_file": game_file} if won else None
+        return JobResult(job=job, rows=rows, rl=rl, sft=sft, gold_score=1.0 if won else 0.0)
