@@ -13,11 +13,34 @@
         --wm-transitions /tmp/sw/wm_test.jsonl --wm-path /tmp/tiny_sdar --num-gpus 0 --wm-max-tokens 16 \
         --single-step-limit 20 --output-dir /tmp/eval_sw
 
+    # the paper's form: CKPT ROWS LABEL GPU -> agent-real --agent-path CKPT --rows ROWS --device cuda:GPU
+    #   --output-dir data/eval_LABEL (any of our flags may follow)
+    python sciworld/eval_sciworld.py CKPT ROWS.jsonl my_label 0
+
 Modes: agent-real, agent-wm, fidelity (single-step only), all. The same as ``python -m textwm.eval --env
-sciworld ...``; outputs and definitions: sciworld/README.md.
+sciworld ...``; outputs and definitions: sciworld/README.md. The paper's form: ``textwm.eval.paper_forms``.
 """
 
-from textwm.eval.run import main
+import sys
+
+from textwm.eval.paper_forms import sciworld_argv
+
+PAPER_FORM_NOTE = ("The paper's form works too: eval_sciworld.py CKPT ROWS LABEL GPU [flags] = agent-real "
+                   "--agent-path CKPT --rows ROWS --device cuda:GPU --output-dir data/eval_LABEL [flags].\n")
+
+
+def main(argv: list[str]) -> int:
+    from textwm.eval.run import main as eval_main
+
+    if argv[:1] in (["-h"], ["--help"]):
+        print(PAPER_FORM_NOTE)
+    try:
+        flags = sciworld_argv(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return eval_main(flags, prog="sciworld/eval_sciworld.py", env="sciworld")
+
 
 if __name__ == "__main__":
-    raise SystemExit(main(prog="sciworld/eval_sciworld.py", env="sciworld"))
+    raise SystemExit(main(sys.argv[1:]))

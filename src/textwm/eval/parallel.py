@@ -8,7 +8,9 @@
 Writes ``D/episodes.jsonl`` (per row: ``index``, ``task_id``, ``task_type``, ``success``, ``steps``,
 ``reason``, ``init_admissible`` as the real game gave it at reset, ``actions``) and ``D/summary.json``
 (``episodes``, ``success_rate``, ``per_task_type``, end reasons), beside everything ``python -m textwm.eval
-agent-real`` writes. In the paper's form ``OUT.jsonl`` is the episodes file and its folder the output dir.
+agent-real`` writes. In the paper's form ``OUT.jsonl`` gets the per-row episodes too (``--episodes-file``) and
+``OUT_eval/`` beside it is the output dir (the mapping: :mod:`textwm.eval.paper_forms`, shared with eval_fast.py,
+eval_openai.py and eval_sciworld.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from textwm.eval.paper_forms import agent_flags, device_of, episodes_dir
+
 
 def _parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
@@ -27,6 +31,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--agent-model", default="", help="model id at an agent URL (default: the first listed)")
     p.add_argument("--rows", default="", help="RL task rows (JSONL)")
     p.add_argument("--output-dir", default="", help="where episodes.jsonl and summary.json go")
+    p.add_argument("--episodes-file", default="", help="also write the per-row episodes here (the paper's OUT.jsonl; "
+                                                       "default --output-dir: OUT_eval/ beside it)")
     p.add_argument("--parallel", type=int, default=8, help="episodes in flight (one real env process each)")
     p.add_argument("--max-turns", type=int, default=50, help="agent turns per episode")
     p.add_argument("--limit", type=int, default=-1, help="the first N rows only (-1: all)")
@@ -36,30 +42,25 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def eval_argv(args: argparse.Namespace, env: str) -> tuple[list[str], Path | None]:
     """The ``python -m textwm.eval`` arguments of an ``eval_parallel`` command, and the paper form's OUT.jsonl."""
-    out_file = None
-    agent, rows, output_dir, device = args.agent, args.rows, args.output_dir, None
+    episodes_file = getattr(args, "episodes_file", "")  # a Namespace built by hand may predate the flag
+    out_file = Path(episodes_file) if episodes_file else None
+    agent, rows, device = args.agent, args.rows, None
+    output_dir = args.output_dir or (str(episodes_dir(out_file)) if out_file else "")
     if args.positional:
         if len(args.positional) != 4:
             raise SystemExit(f"error: the positional form is CKPT ROWS OUT.jsonl GPU, got {len(args.positional)} "
                              "arguments")
         agent, rows, out, gpu = args.positional
         out_file = Path(out)
-        output_dir = str(out_file.parent / f"{out_file.stem}_eval")
-        device = f"cuda:{gpu}" if gpu.isdigit() else gpu
+        output_dir = str(episodes_dir(out_file))
+        device = device_of(gpu)
     if not agent:
         raise SystemExit("error: --agent is required (expert, an OpenAI-compatible URL, or a checkpoint folder)")
     argv = ["--env", env, "agent-real", "--rows", rows, "--output-dir", output_dir, "--workers", str(args.parallel),
             "--max-turns", str(args.max_turns), "--temperature", str(args.temperature)]
     if args.limit > 0:
         argv += ["--episodes", str(args.limit)]
-    if agent == "expert":
-        argv += ["--agent", "expert"]
-    elif agent.startswith(("http://", "https://")):
-        argv += ["--agent-url", agent] + (["--agent-model", args.agent_model] if args.agent_model else [])
-    else:
-        argv += ["--agent-path", agent, "--agent-batch-size", str(args.parallel)]
-        if device:
-            argv += ["--device", device]
+    argv += agent_flags(agent, agent_model=args.agent_model, device=device, batch_size=args.parallel)
     return argv, out_file
 
 

@@ -11,12 +11,19 @@ learns "Nothing happens."). Every step is one chat row: system = the scene in th
 (:func:`~textwm.envs.alfworld.sim.wm_query_of`, the simulator's own query), assistant = the real
 observation. The expert episode also gives the RL task row (the paper's columns + ``task_id`` and
 ``sim_task``) and, when it wins, an SFT demo (``Action: <command>`` turns).
+
+:func:`paper_main` is alfworld/build_dataset.py and build_sft_expert.py: our flags, plus the paper's
+``--out FILE`` form (one split's rows to one file).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -229,3 +236,66 @@ class AlfWorldBuilder:
                     reset.info["expert_action"] or "look", config.max_turns)
         sft = {"messages": demo[:-1], "task_id": job.task_id, "game_file": game_file} if won else None
         return JobResult(job=job, rows=rows, rl=rl, sft=sft, gold_score=1.0 if won else 0.0)
+
+
+#: Printed above ``--help`` of the two paper-named builders.
+PAPER_FLAGS_NOTE = ("The paper's flags work too: --out FILE writes only one split's rows to FILE (build_dataset.py: "
+                    "the RL rows of --split, which it then requires; build_sft_expert.py: the SFT demos of train, "
+                    "shuffled with seed 7), and --split, --limit, --shuffle, --workers, --max-steps are flags of ours "
+                    "(below). Games come from --games-dir (alfworld/build_games.py), not $ALFWORLD_DATA.\n")
+
+
+def paper_argv(argv: list[str], *, kind: str) -> tuple[list[str], Path | None, str]:
+    """Our builder's flags for a command line of the paper's alfworld/build_dataset.py (``kind`` "rl") or
+    build_sft_expert.py ("sft"), the ``--out`` FILE (None: our ``--out-dir`` form) and the split built.
+
+    The paper's build_sft_expert.py main() always plays train games shuffled with seed 7, so there ``--out`` or
+    ``--limit`` without ``--split`` means ``--split train --shuffle``. ValueError naming a flag we cannot take.
+    """
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("--out", "--out-dir", "--split", "--limit", "--shard-id", "--num-shards"):
+        p.add_argument(flag)
+    known, rest = p.parse_known_args(argv)
+    if known.shard_id is not None or known.num_shards is not None:
+        raise ValueError("--shard-id/--num-shards are the paper's internal worker flags: use --workers N "
+                         "(worker processes, one real env each)")
+    if known.out is not None and known.out_dir is not None:
+        raise ValueError(f"give --out FILE (the paper's: one split's {kind} rows) or --out-dir DIR (ours: every "
+                         "file of the build), not both")
+    split = known.split or ""
+    if kind == "sft" and not split and (known.out is not None or known.limit is not None):
+        split = "train"
+        if "--shuffle" not in rest and "--no-shuffle" not in rest:
+            rest.append("--shuffle")
+    if known.out is not None and not split:
+        raise ValueError(f"--out {known.out} writes one split: add --split {{{','.join(SPLIT_OF)}}} (as the paper's "
+                         "build_dataset.py requires), or use --out-dir DIR for every split")
+    flags = list(rest) + (["--split", split] if split else []) + (["--limit", known.limit] if known.limit else [])
+    flags += ["--out-dir", known.out_dir] if known.out_dir is not None else []
+    return flags, (Path(known.out) if known.out is not None else None), split
+
+
+def paper_main(argv: list[str] | None = None, *, kind: str, prog: str) -> int:
+    """alfworld/build_dataset.py (``kind`` "rl") and build_sft_expert.py ("sft"): with ``--out FILE``, that split
+    is built into a scratch folder beside FILE and only its ``{kind}_{split}.jsonl`` is kept, as FILE."""
+    from textwm.envs.build import main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(PAPER_FLAGS_NOTE)
+    try:
+        flags, out, split = paper_argv(argv, kind=kind)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if out is None:
+        return main(flags, env="alfworld", prog=prog)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
+        code = main([*flags, "--out-dir", scratch], env="alfworld", prog=prog)
+        if code != 0:
+            return code
+        os.replace(Path(scratch) / f"{kind}_{SPLIT_OF[split]}.jsonl", out)
+    with out.open() as f:
+        print(f"wrote {sum(1 for _ in f)} {kind} rows ({split}) to {out}")
+    return 0
