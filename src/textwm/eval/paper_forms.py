@@ -19,10 +19,10 @@ import argparse
 import os
 from pathlib import Path
 
+from textwm.eval.run import MODES
+
 #: Where the paper's eval_openai.py went (the ``openai`` client's default base URL, or $OPENAI_BASE_URL).
 OPENAI_URL = "https://api.openai.com/v1"
-#: Modes of ``python -m textwm.eval`` (textwm.eval.run.MODES, repeated so this module imports nothing heavy).
-MODES = ("agent-real", "agent-wm", "fidelity", "all")
 
 
 def device_of(gpu: str) -> str:
