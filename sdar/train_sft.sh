@@ -8,16 +8,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# <folder>/.env (HF_TOKEN, WANDB_API_KEY, ...; copy .env.example) is read when present, as in the paper.
-if [ -f "$(dirname "${BASH_SOURCE[0]}")/.env" ]; then
-  set -a
-  # shellcheck disable=SC1091
-  source "$(dirname "${BASH_SOURCE[0]}")/.env"
-  set +a
-fi
-for paper_var in SDAR_DIR VENV_DIR; do   # the paper's scripts' checkout and venv: nothing to point at here
-  [ -n "${!paper_var:-}" ] && echo "${BASH_SOURCE[0]##*/}: notice: $paper_var is not needed here (this checkout's package and .venv)" >&2
-done
+source "$ROOT/scripts/lib/paper_env.sh"
+paper_env "$(dirname "${BASH_SOURCE[0]}")" train_sft.sh SDAR_DIR VENV_DIR
 CONFIG="${CONFIG:-$ROOT/sdar/configs/sft_example.yaml}"
 NUM_GPUS="${NUM_GPUS:-8}"
 MASTER_PORT="${MASTER_PORT:-29500}"

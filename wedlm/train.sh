@@ -14,12 +14,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [ -f "$HERE/.env" ]; then
-  set -a
-  # shellcheck disable=SC1091
-  source "$HERE/.env"
-  set +a
-fi
+source "$HERE/../scripts/lib/paper_env.sh"
+paper_env "$HERE" train.sh VENV_DIR WEDLM_DIR
 
 MIXED_PRECISION_SET="${MIXED_PRECISION+set}"
 CONFIG="${CONFIG:-$HERE/configs/example.yaml}"
@@ -31,12 +27,6 @@ ROOT_VENV="$HERE/../.venv/bin"
 PYTHON="${PYTHON:-$([ -x "$ROOT_VENV/python" ] && echo "$ROOT_VENV/python" || echo python)}"
 TORCHRUN="${TORCHRUN:-$([ -x "$ROOT_VENV/torchrun" ] && echo "$ROOT_VENV/torchrun" || echo torchrun)}"
 
-for knob in VENV_DIR WEDLM_DIR; do
-  if [ -n "${!knob:-}" ]; then
-    echo "notice: $knob is not needed here (no venv is activated and no WeDLM clone is run: wedlm/train.py" \
-         "is this repository's trainer; PYTHON=$PYTHON runs it)" >&2
-  fi
-done
 case "$MIXED_PRECISION" in
   bf16|fp16|no) ;;
   *) echo "error: MIXED_PRECISION must be bf16, fp16 or no, got '$MIXED_PRECISION'" >&2; exit 2 ;;
