@@ -112,6 +112,9 @@ class SimTaskCache:
         self.progress = progress
         self.stats = CacheStats()
         self._lock = threading.Lock()
+        #: Start states read by this instance: file -> (its mtime, the data). The GRPO scheduler asks for the same
+        #: task for every generation of every step; a file is parsed again only when it changed.
+        self._memo: dict[Path, tuple[int, Any]] = {}
 
     # --- files ---------------------------------------------------------------------------------------
 
@@ -130,8 +133,13 @@ class SimTaskCache:
     def read(self, task_id: str, options: Mapping[str, Any]) -> Any | None:
         """The cached start state (plain JSON data), None when absent, unreadable or of another version."""
         path = self.path_of(task_id, options)
-        if not path.is_file():
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
             return None
+        memo = self._memo.get(path)
+        if memo is not None and memo[0] == mtime:
+            return memo[1]
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             data, built_with = record["sim_task"], record.get("version", "")
@@ -141,6 +149,7 @@ class SimTaskCache:
         if built_with != self.spec.sim_task_version():
             log.info("%s was built with %r, now %r: building it again", path, built_with, self.spec.sim_task_version())
             return None
+        self._memo[path] = (mtime, data)
         return data
 
     def write(self, task_id: str, options: Mapping[str, Any], data: Any) -> Path:

@@ -55,7 +55,7 @@ class ActiveView:
 def to_host(*tensors: torch.Tensor) -> list[list[list[int]]]:
     """Several ``[n, k_i]`` integer/bool tensors read in one device-to-host transfer: ``[n][k_i]`` lists each."""
     widths = [t.shape[1] for t in tensors]
-    flat = torch.cat([t.long() for t in tensors], dim=1).tolist() if len(tensors) > 1 else tensors[0].tolist()
+    flat = torch.cat([t.long() for t in tensors], dim=1).tolist()   # ints throughout (bools as 0/1)
     out, start = [], 0
     for w in widths:
         out.append([row[start:start + w] for row in flat])
