@@ -4,7 +4,8 @@
         [--out-dir data]
 
 Each checkpoint runs as ``alfworld/eval_parallel.py CKPT ROWS DIR/eval_<basename>.jsonl GPU --max-turns T
---parallel P``: per-row episodes in ``DIR/eval_<basename>.jsonl``, summaries in ``DIR/eval_<basename>_eval/``.
+--parallel P``: the paper's rows (``i won turns kill task_type game_file``) in
+``DIR/eval_<basename>.jsonl``, summaries in ``DIR/eval_<basename>_eval/``.
 One GPU (our local agent, not vLLM tensor parallel); the mapping is ``textwm.eval.paper_forms.eval_fast_argvs``.
 """
 

@@ -4,7 +4,8 @@
 
 The agent is ``$OPENAI_BASE_URL`` (default https://api.openai.com/v1) with model MODEL, through Chat Completions
 (the paper's client may have used the Responses API). Runs as ``alfworld/eval_parallel.py --agent URL
---agent-model MODEL --rows ROWS --episodes-file OUT.jsonl``: per-row episodes in OUT.jsonl, summaries in
+--agent-model MODEL --rows ROWS --episodes-file OUT.jsonl --paper-form openai``: the paper's rows (``won turns kill
+messages raw_completions parsed_actions i task_type goal game_file``; ``messages`` null) in OUT.jsonl, summaries in
 ``OUT_eval/``. The mapping is ``textwm.eval.paper_forms.eval_openai_argv``.
 """
 

@@ -14,7 +14,7 @@
         --single-step-limit 20 --output-dir /tmp/eval_sw
 
     # the paper's form: CKPT ROWS LABEL GPU -> agent-real --agent-path CKPT --rows ROWS --device cuda:GPU
-    #   --output-dir data/eval_LABEL (any of our flags may follow)
+    #   --output-dir data/eval_LABEL (any of our flags may follow); also writes the paper's data/eval_LABEL.json
     python sciworld/eval_sciworld.py CKPT ROWS.jsonl my_label 0
 
 Modes: agent-real, agent-wm, fidelity (single-step only), all. The same as ``python -m textwm.eval --env
@@ -23,7 +23,7 @@ sciworld ...``; outputs and definitions: sciworld/README.md. The paper's form: `
 
 import sys
 
-from textwm.eval.paper_forms import sciworld_argv
+from textwm.eval.paper_forms import is_sciworld_paper_form, sciworld_argv, write_sciworld_paper_json
 
 PAPER_FORM_NOTE = ("The paper's form works too: eval_sciworld.py CKPT ROWS LABEL GPU [flags] = agent-real "
                    "--agent-path CKPT --rows ROWS --device cuda:GPU --output-dir data/eval_LABEL [flags].\n")
@@ -39,7 +39,10 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return eval_main(flags, prog="sciworld/eval_sciworld.py", env="sciworld")
+    code = eval_main(flags, prog="sciworld/eval_sciworld.py", env="sciworld")
+    if code == 0 and is_sciworld_paper_form(argv):
+        write_sciworld_paper_json(argv)  # the paper's data/eval_LABEL.json, beside our data/eval_LABEL/
+    return code
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
 * ``sciworld/eval_sciworld.py CKPT ROWS LABEL GPU`` (:func:`sciworld_argv`: ``agent-real`` into
   ``data/eval_<LABEL>/``).
 
+Each also writes the paper's output file(s) with its fields (OUT.jsonl, ``DIR/eval_<basename>.jsonl``,
+``data/eval_<LABEL>.json``), mapped from our episode records by :mod:`textwm.eval.paper_outputs`.
+
 Every mapping returns an argv of ours (a list of str); a paper flag we cannot honour raises ValueError naming it and
 what to use instead. In each form a GPU index N means ``--device cuda:N`` (the paper set CUDA_VISIBLE_DEVICES=N).
 """
@@ -79,7 +82,7 @@ def eval_fast_argvs(argv: list[str], prog: str = "alfworld/eval_fast.py") -> lis
         raise ValueError(f"checkpoints {repeated} share a basename, so their eval_<basename>.jsonl would overwrite "
                          "each other: run them one at a time with different --out-dir")
     return [[ckpt, args.dataset, str(Path(args.out_dir) / f"eval_{label}.jsonl"), gpus[0],
-             "--max-turns", str(args.max_turns), "--parallel", str(args.parallel)]
+             "--max-turns", str(args.max_turns), "--parallel", str(args.parallel), "--paper-form", "fast"]
             for ckpt, label in zip(args.checkpoints, labels, strict=True)]
 
 
@@ -101,7 +104,7 @@ def eval_openai_argv(argv: list[str], prog: str = "alfworld/eval_openai.py") -> 
     args = eval_openai_parser(prog).parse_args(argv)
     url = os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
     flags = ["--agent", url, "--agent-model", args.model, "--rows", args.dataset, "--episodes-file", args.out,
-             "--max-turns", str(args.max_turns), "--parallel", str(args.concurrency)]
+             "--max-turns", str(args.max_turns), "--parallel", str(args.concurrency), "--paper-form", "openai"]
     return flags + (["--limit", str(args.limit)] if args.limit > 0 else [])
 
 
@@ -124,3 +127,26 @@ def sciworld_argv(argv: list[str]) -> list[str]:
     ckpt, rows, label, gpu = argv[:4]
     return ["agent-real", "--agent-path", ckpt, "--rows", rows, "--device", device_of(gpu),
             "--output-dir", str(Path("data") / f"eval_{label}"), *argv[4:]]
+
+
+def _last(argv: list[str], flag: str) -> str | None:
+    """The value of the last ``flag VALUE`` in ``argv`` (argparse keeps the last), or None."""
+    hits = [i for i, a in enumerate(argv) if a == flag and i + 1 < len(argv)]
+    return argv[hits[-1] + 1] if hits else None
+
+
+def write_sciworld_paper_json(paper_argv: list[str]) -> Path:
+    """After a paper-form run (``CKPT ROWS LABEL GPU [flags]``): the paper's ``eval_<LABEL>.json`` beside our
+    output dir (``data/eval_<LABEL>/`` -> ``data/eval_<LABEL>.json``), mapped from its ``episodes_real.jsonl``
+    (:func:`textwm.eval.paper_outputs.sciworld_json`); prints the paper's closing lines. Returns the path."""
+    from textwm.data.jsonl import read_jsonl, write_json
+    from textwm.eval.paper_outputs import sciworld_json, sciworld_report
+
+    flags = sciworld_argv(paper_argv)
+    out_dir = Path(_last(flags, "--output-dir") or "")
+    paper = sciworld_json(paper_argv[2], read_jsonl(out_dir / "episodes_real.jsonl").rows,
+                          read_jsonl(_last(flags, "--rows") or "").rows)
+    path = out_dir.parent / f"{out_dir.name}.json"
+    write_json(path, paper)
+    print(f"{sciworld_report(paper)}\n\n  Saved: {path}")
+    return path

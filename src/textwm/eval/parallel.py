@@ -8,7 +8,8 @@
 Writes ``D/episodes.jsonl`` (per row: ``index``, ``task_id``, ``task_type``, ``success``, ``steps``,
 ``reason``, ``init_admissible`` as the real game gave it at reset, ``actions``) and ``D/summary.json``
 (``episodes``, ``success_rate``, ``per_task_type``, end reasons), beside everything ``python -m textwm.eval
-agent-real`` writes. In the paper's form ``OUT.jsonl`` gets the per-row episodes too (``--episodes-file``) and
+agent-real`` writes. In the paper's form ``OUT.jsonl`` gets the paper's rows (``--episodes-file``;
+fields: ``--paper-form``, mapped in :mod:`textwm.eval.paper_outputs`) and
 ``OUT_eval/`` beside it is the output dir (the mapping: :mod:`textwm.eval.paper_forms`, shared with eval_fast.py,
 eval_openai.py and eval_sciworld.py).
 """
@@ -33,6 +34,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="", help="where episodes.jsonl and summary.json go")
     p.add_argument("--episodes-file", default="", help="also write the per-row episodes here (the paper's OUT.jsonl; "
                                                        "default --output-dir: OUT_eval/ beside it)")
+    p.add_argument("--paper-form", default="parallel", choices=("parallel", "fast", "openai"),
+                   help="fields of the paper's OUT.jsonl rows: those of its eval_parallel.py, eval_fast.py or "
+                        "eval_openai.py (textwm.eval.paper_outputs)")
     p.add_argument("--parallel", type=int, default=8, help="episodes in flight (one real env process each)")
     p.add_argument("--max-turns", type=int, default=50, help="agent turns per episode")
     p.add_argument("--limit", type=int, default=-1, help="the first N rows only (-1: all)")
@@ -91,7 +95,12 @@ def main(argv: list[str] | None = None, *, env: str, prog: str | None = None) ->
     write_jsonl(out / "episodes.jsonl", rows)
     summary = summary_of(json.loads((out / "summary_real.json").read_text()))
     write_json(out / "summary.json", summary)
-    if out_file is not None:
-        write_jsonl(out_file, rows)
+    if out_file is not None:  # the paper's rows and closing lines (ours stay in episodes.jsonl)
+        from textwm.eval.paper_outputs import alfworld_report, alfworld_rows
+
+        records = read_jsonl(out / "episodes_real.jsonl").rows
+        paper = alfworld_rows(records, read_jsonl(flags[flags.index("--rows") + 1]).rows, args.paper_form)
+        write_jsonl(out_file, paper)
+        print(f"{alfworld_report(paper)}\nresults -> {out_file}")
     print(f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.3f} -> {out}/summary.json")
     return 0

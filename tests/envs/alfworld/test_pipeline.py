@@ -58,7 +58,9 @@ def test_generated_games_dataset_and_expert_evaluation(tmp_path):
     rl = tmp_path / "rl_all.jsonl"
     rl.write_text("".join((data / f"rl_{s}.jsonl").read_text() for s in ("train", "dev", "test")))
     out = tmp_path / "eval"
-    assert main(["--agent", "expert", "--rows", str(rl), "--output-dir", str(out), "--parallel", "2"], env="alfworld") == 0
+    paper_file = tmp_path / "eval_expert.jsonl"  # the paper's OUT.jsonl, eval_fast.py's fields
+    assert main(["--agent", "expert", "--rows", str(rl), "--output-dir", str(out), "--parallel", "2",
+                 "--episodes-file", str(paper_file), "--paper-form", "fast"], env="alfworld") == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 6 and summary["success_rate"] >= 5 / 6 and summary["per_task_type"]
     episodes = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
@@ -66,4 +68,9 @@ def test_generated_games_dataset_and_expert_evaluation(tmp_path):
     assert [e["index"] for e in episodes] == list(range(6))
     for e, row in zip(episodes, rl_rows):
         assert e["task_type"] == row["task_type"] and e["init_admissible"] == row["init_admissible"] and e["steps"] >= 1
-
+    paper = [json.loads(x) for x in paper_file.read_text().splitlines()]
+    assert [list(p) for p in paper] == [["i", "won", "turns", "kill", "task_type", "game_file"]] * 6
+    for p, e, row in zip(paper, episodes, rl_rows):
+        assert (p["i"], p["won"], p["turns"], p["task_type"]) == (e["index"], e["success"], e["steps"],
+                                                                  row.get("task_type"))
+        assert p["kill"] is None or not p["won"]
