@@ -130,9 +130,14 @@ def main() -> int:
                    "and tokenizer); pair with --prompts")
     p.add_argument("--prompts", help="chat-format rows (.jsonl) whose prompts the trained checkpoint decodes, "
                    "cycled to fill each batch and cut to their last --prompt-len tokens")
+    p.add_argument("--blas", default="default", choices=["default", "cublas", "cublaslt"],
+                   help="torch's preferred BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library)")
     p.add_argument("--out", default="runs/bench_decode.json")
     args = p.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
+    if args.blas != "default":
+        torch.backends.cuda.preferred_blas_library(args.blas)
+    print(f"BLAS: {torch.backends.cuda.preferred_blas_library()}")
     if (args.model_path is None) != (args.prompts is None):
         p.error("--model-path and --prompts go together")
     if args.model_path and any(not d.startswith("engine_") for d in args.decoders):

@@ -96,6 +96,8 @@ class DecodeEngine:
         self._joining: list[tuple[int, list[int], int, DecodeSettings]] = []
         self._settings: DecodeSettings | None = None
         self._rows: Any = None
+        #: Unseeded row states by step structure, kept for the next requests of that structure.
+        self._idle_rows: dict[Hashable, Any] = {}
         self.stats = EngineStats()
 
     # --- requests ------------------------------------------------------------------------------------
@@ -161,17 +163,24 @@ class DecodeEngine:
         self._keys = [None] * self.max_rows
         self._joining = []
         self._settings, self._rows = None, None
+        self._idle_rows.clear()
 
     def _start(self, settings: DecodeSettings) -> None:
         """A new step structure (``settings``'s; the rows bring their own sampling settings): the family's row
         state for it (the cache and graphs stay)."""
         self._settings = settings
+        if settings.seed is None and settings.step_key() in self._idle_rows:
+            # The same step structure again: its rows (and the CUDA graphs they keep) are reused.
+            self._rows = self._idle_rows[settings.step_key()]
+            return
         gen = None
         if settings.seed is not None:
             gen = torch.Generator(device=self.net.device).manual_seed(settings.seed)
         ctx = RowsContext(net=self.net, forward=self.forward, spec=self.spec, pad_id=self.pad_id,
                           settings=settings, generator=gen)
         self._rows = FAMILY_ROWS[self.spec.family](ctx)
+        if gen is None:
+            self._idle_rows[settings.step_key()] = self._rows
 
     # --- decoding ------------------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ graph, and callers consume logits before the next forward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from textwm.generation.engine.static_model import StaticModel
@@ -48,10 +50,39 @@ class GraphedForward:
                                                             torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle() if enabled else None
         self._outputs: dict[int, torch.Tensor] = {}   # logits width -> [max_rows, width, V]
+        self._step_graphs: list[torch.cuda.CUDAGraph] = []
+        #: True while :meth:`capture_step` runs or captures a step: the step calls ``net.forward`` itself.
+        self.capturing = False
+
+    def capture_step(self, step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """Run a whole decode step once for real, then capture it as a CUDA graph that replays it.
+
+        ``step`` must read and write only tensors that outlive the graph (the family's row state, the cache),
+        have fixed shapes, call ``net.forward`` directly (:attr:`capturing` tells it) and never read a device
+        value on the host. The real run (on a side stream, as capture requires; it is the step this call
+        stands for and warms up the compiled kernels) comes first; the capture itself runs nothing. The
+        caller keeps the graph with the tensors it reads (a family's rows), keyed by shape.
+        """
+        self.capturing = True
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.no_grad():
+                step()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
+                step()
+        finally:
+            self.capturing = False
+        # Kept for the engine's life: a graph's destruction releases its share of the shared pool, and a
+        # capture into a pool no live graph holds fails (CUDACachingAllocator's use_count assert).
+        self._step_graphs.append(graph)
+        return graph
 
     @property
     def num_graphs(self) -> int:
-        return len(self._graphs)
+        return len(self._graphs) + len(self._step_graphs)
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor, *,
                  kv_len: int, logits_from: int = 0) -> torch.Tensor:

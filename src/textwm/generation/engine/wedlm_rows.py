@@ -15,6 +15,11 @@ for every row at once:
   raw logits (entropy + position penalty < threshold, else the single lowest) and filled, and the window
   shifts by the run.
 
+When every active row is greedy, the whole step (layout, forward, scoring of every slot, fill rule, shift)
+is one CUDA graph per (bucket, width, kv bucket), kept with the rows (:meth:`GraphedForward.capture_step
+<textwm.generation.engine.graphs.GraphedForward.capture_step>`): its only host work is reading the run it
+committed. Otherwise only the forward is a graph, and the mask slots are gathered and drawn eagerly.
+
 Each row draws by its own request's temperature, top-k and top-p
 (:func:`~textwm.generation.sampling.sample_filter_first_rows`); no repetition penalty (upstream has none).
 """
@@ -24,13 +29,16 @@ from __future__ import annotations
 import torch
 
 from textwm.generation.base import Generation
+from textwm.generation.engine.graphs import kv_bucket
 from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
-from textwm.generation.sampling import logits_entropy, sample_filter_first_rows
+from textwm.generation.sampling import logits_entropy, sample_filter_first, sample_filter_first_rows
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import commit_run
 
 #: A forward's width (window + refill) is rounded up to a multiple of this (capped at 2W).
 WIDTH_STEP = 4
+#: Greedy slots scored per chunk (bounds the float32 softmax temporaries: chunk x V).
+SCORE_CHUNK = 256
 
 
 class WeDLMRows(Rows):
@@ -48,9 +56,12 @@ class WeDLMRows(Rows):
         self.filled = torch.zeros((n, w), dtype=torch.bool, device=dev)
         self.length = torch.zeros(n, dtype=torch.long, device=dev)     # prompt + committed tokens
         self.run = torch.zeros(n, dtype=torch.long, device=dev)        # leading filled run of the window
+        self.before = torch.zeros((n, w), dtype=torch.long, device=dev)  # the window a step's forward saw
+        self.active_now = torch.zeros(n, dtype=torch.bool, device=dev)   # the step's active rows (graph input)
         self.host_length: dict[int, int] = {}
         self.host_run: dict[int, int] = {}
         self.budgets: dict[int, int] = {}
+        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}   # (bucket, width, kv_len) -> step
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
              settings: list[DecodeSettings]) -> list[Update]:
@@ -76,11 +87,41 @@ class WeDLMRows(Rows):
 
     def step(self) -> list[Update]:
         v = self.view()
-        b, active, w, dev = v.b, v.mask, self.w, self.device
-        filled = self.filled[:b] & active[:, None]
-        run = self.run[:b]                                                          # [b] leading filled run
+        b = v.b
         longest_run = max(self.host_run[s] for s in v.rows)
         q = self._width(longest_run)
+        kv_len = kv_bucket(max(self.host_length[s] for s in v.rows) + q, self.ctx.net.capacity)
+        self.active_now[:b].copy_(v.mask)
+        greedy = self.sampling(b).all_greedy
+        if greedy and self.ctx.forward.enabled and self.ctx.generator is None:
+            # Greedy rows need no host decision inside the step: the whole of it (window layout, forward,
+            # fill rule, shift) is one CUDA graph per (bucket, width, kv bucket).
+            # The graphs live with these rows: they read these tensors and bake in this step structure.
+            graph = self.graphs.get((b, q, kv_len))
+            if graph is None:
+                self.graphs[(b, q, kv_len)] = self.ctx.forward.capture_step(
+                    lambda: self._window_step(b, q, kv_len, dense=True))
+            else:
+                graph.replay()
+        else:
+            self._window_step(b, q, kv_len, dense=greedy)
+        self.count_forward()
+        run_tokens, next_run = to_host(self.before[:b, :max(1, longest_run)], self.run[:b, None])
+        return self._commit(v.rows, run_tokens, next_run)
+
+    def _window_step(self, b: int, q: int, kv_len: int, *, dense: bool) -> None:
+        """One window forward of rows ``0..b-1`` and its fill rule, on the row tensors in place.
+
+        Reads ``win, filled, run, length, active_now``; writes ``before`` (the window as the forward saw it,
+        whose leading run the host commits), then ``win, filled, length, run``. ``dense``: greedy rows, every
+        slot scored (no data-dependent shapes, no host read: capturable); else only the mask slots, drawn
+        by each row's own settings.
+        """
+        w, dev = self.w, self.device
+        active = self.active_now[:b]
+        self.before[:b].copy_(self.win[:b])
+        filled = self.filled[:b] & active[:, None]
+        run = self.run[:b]                                                          # [b] leading filled run
         idx = torch.arange(q, device=dev)
         ext_tok = torch.cat([self.win[:b], torch.full((b, w), self.mask_id, dtype=torch.long, device=dev)], 1)[:, :q]
         ext_fill = torch.cat([filled, torch.zeros((b, w), dtype=torch.bool, device=dev)], 1)[:, :q]
@@ -91,20 +132,13 @@ class WeDLMRows(Rows):
         length = self.length[:b]
         positions = torch.where(fed_valid, length[:, None] + order, 0)
         cols = length[:, None] + idx
-        kv_len = max(self.host_length[s] for s in v.rows) + q
-        logits = self.ctx.forward(ids, positions, cols, cols + 1, kv_len=kv_len)      # [b, q, V]
-        self.count_forward()
-
-        # Every mask slot of every active row, drawn and scored in one call on the raw logits.
+        forward = self.ctx.net.forward if self.ctx.forward.capturing else self.ctx.forward
+        logits = forward(ids, positions, cols, cols + 1, kv_len=kv_len)             # [b, q, V], feed order
         is_mask_fed = fed_valid & ~fed_fill & active[:, None]
-        r, f = is_mask_fed.nonzero(as_tuple=True)
-        raw = logits[r, f]
-        slot_of = order[r, f]                                                       # window index of each
-        tokens = torch.full((b, q), self.ctx.pad_id, dtype=torch.long, device=dev)
-        tokens[r, slot_of] = sample_filter_first_rows(raw, self.sampling(b).take(r),
-                                                      generator=self.ctx.generator).tokens
-        ent = torch.full((b, q), float("inf"), device=dev)
-        ent[r, slot_of] = logits_entropy(raw)
+        if dense:
+            tokens, ent = self._score_dense(logits, is_mask_fed, order)
+        else:
+            tokens, ent = self._score_masks(logits, is_mask_fed, order)
         chosen = self._choose(ent, valid & ~ext_fill & active[:, None], idx)
         new_tok = torch.where(chosen, tokens, ext_tok)
         new_fill = ext_fill | chosen
@@ -112,8 +146,39 @@ class WeDLMRows(Rows):
         self.win[:b], self.filled[:b] = new_tok.gather(1, shift), new_fill.gather(1, shift)
         self.length[:b] += run
         self.run[:b] = self.filled[:b].long().cumprod(dim=1).sum(dim=1)            # the next step's run
-        run_tokens, next_run = to_host(ext_tok[:, :max(1, longest_run)], self.run[:b, None])
-        return self._commit(v.rows, run_tokens, next_run)
+
+    def _score_dense(self, logits: torch.Tensor, is_mask_fed: torch.Tensor,
+                     order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy tokens and entropies ``[b, q]`` in window order, every slot scored (filled ones get ``inf``).
+
+        Row by row the same functions as :meth:`_score_masks` on the same logits (the argmax of the float32
+        softmax, :func:`logits_entropy`), taken over chunks of :data:`SCORE_CHUNK` slots so the float32
+        temporaries stay small at large batches.
+        """
+        b, q, v = logits.shape
+        flat = logits.reshape(b * q, v)
+        tok_parts, ent_parts = [], []
+        for start in range(0, b * q, SCORE_CHUNK):
+            chunk = flat[start:start + SCORE_CHUNK]
+            tok_parts.append(sample_filter_first(chunk, temperature=0).tokens)
+            ent_parts.append(logits_entropy(chunk))
+        tok_fed = torch.cat(tok_parts).view(b, q)
+        ent_fed = torch.where(is_mask_fed, torch.cat(ent_parts).view(b, q), float("inf"))
+        return torch.empty_like(tok_fed).scatter_(1, order, tok_fed), torch.empty_like(ent_fed).scatter_(1, order, ent_fed)
+
+    def _score_masks(self, logits: torch.Tensor, is_mask_fed: torch.Tensor,
+                     order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens drawn by each row's settings and entropies ``[b, q]`` in window order, mask slots only."""
+        b, q = is_mask_fed.shape
+        r, f = is_mask_fed.nonzero(as_tuple=True)
+        raw = logits[r, f]
+        slot_of = order[r, f]                                                       # window index of each
+        tokens = torch.full((b, q), self.ctx.pad_id, dtype=torch.long, device=self.device)
+        tokens[r, slot_of] = sample_filter_first_rows(raw, self.sampling(b).take(r),
+                                                      generator=self.ctx.generator).tokens
+        ent = torch.full((b, q), float("inf"), device=self.device)
+        ent[r, slot_of] = logits_entropy(raw)
+        return tokens, ent
 
     def _choose(self, ent: torch.Tensor, is_mask: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """:func:`~textwm.generation.wedlm.positions_to_fill` for every row: ``[b, q]`` bool."""
