@@ -91,14 +91,14 @@ def main(argv: list[str] | None = None, *, env: str, prog: str | None = None) ->
     if code != 0:
         return code
     out = Path(flags[flags.index("--output-dir") + 1])
-    rows = per_row(read_jsonl(out / "episodes_real.jsonl").rows)
+    records = read_jsonl(out / "episodes_real.jsonl").rows
+    rows = per_row(records)
     write_jsonl(out / "episodes.jsonl", rows)
     summary = summary_of(json.loads((out / "summary_real.json").read_text()))
     write_json(out / "summary.json", summary)
     if out_file is not None:  # the paper's rows and closing lines (ours stay in episodes.jsonl)
         from textwm.eval.paper_outputs import alfworld_report, alfworld_rows
 
-        records = read_jsonl(out / "episodes_real.jsonl").rows
         paper = alfworld_rows(records, read_jsonl(flags[flags.index("--rows") + 1]).rows, args.paper_form)
         write_jsonl(out_file, paper)
         print(f"{alfworld_report(paper)}\nresults -> {out_file}")
