@@ -300,3 +300,22 @@ def test_eval_cli_in_the_world_model(case, gold_wm, tmp_path, capsys):
     assert json.loads((tmp_path / "summary_wm.json").read_text())["success_rate"] == 1.0
     assert len(read_jsonl(tmp_path / "episodes_wm.jsonl")) == len(case.rows)
     assert (tmp_path / f"eval_{case.spec.name}.md").read_text().startswith(f"# {case.spec.title} evaluation")
+
+
+def test_agent_sft_demos_of_an_endpoint_agent(case, tmp_path, capsys):
+    """``textwm.eval.agent_sft`` (the paper's create_sft_gpt_agent.py, any env): gold episodes become demos."""
+    from textwm.eval.agent_sft import main
+
+    agent = ChatServer(GoldAgent(case.rows, case.gold).reply)
+    try:
+        code = main(["--env", case.spec.name, "--rows", str(case.rl), "--agent-url", agent.url, "--workers", "1",
+                     "--out", str(tmp_path / "demos.jsonl")])
+    finally:
+        agent.close()
+    assert code == 0, capsys.readouterr().err
+    demos = read_jsonl(tmp_path / "demos.jsonl")
+    assert sorted(d["task_id"] for d in demos) == sorted(r["task_id"] for r in case.rows)
+    for demo in demos:
+        replies = [m["content"] for m in demo["messages"] if m["role"] == "assistant"]
+        assert (demo["success"], demo["reason"], replies) == (True, "success", case.gold[demo["task_id"]])
+        assert [m["role"] for m in demo["messages"][:2]] == ["system", "user"]

@@ -115,7 +115,8 @@ class OpenAIAgent:
 
     def __init__(self, api_url: str, *, model: str | None = None, api_key: str | None = None,
                  temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256, concurrency: int = 32,
-                 timeout_s: float = 120.0, max_retries: int = 3, extra_body: dict[str, Any] | None = None):
+                 timeout_s: float = 120.0, max_retries: int = 3, extra_body: dict[str, Any] | None = None,
+                 token_limit_field: str = "max_tokens"):
         from textwm.clients.retry import RetryPolicy
 
         if temperature < 0:
@@ -123,8 +124,11 @@ class OpenAIAgent:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.api_url, self.model, self.api_key = api_url, model, api_key
-        self.params: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
-                                       **(extra_body or {})}
+        # OpenAI's reasoning models take ``max_completion_tokens`` and refuse ``max_tokens``; servers of open
+        # models (vLLM, lmdeploy, ours) take ``max_tokens``.
+        # top_p 1 is every server's default and is left out: some hosted reasoning models refuse the field.
+        self.params: dict[str, Any] = {"temperature": temperature, **({"top_p": top_p} if top_p != 1.0 else {}),
+                                       token_limit_field: max_tokens, **(extra_body or {})}
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.retry = RetryPolicy(max_retries=max_retries)

@@ -202,7 +202,7 @@ class EvalResult:
 
 def evaluate_agent_real(spec: EnvSpec, starts: Sequence[TaskStart], agent: Agent, *, workers: int = 2,
                         max_turns: int = 0, repeats: int = 1, pool: BlockingPool | None = None,
-                        progress: bool = True) -> EvalResult:
+                        progress: bool = True, keep_messages: bool = False) -> EvalResult:
     """Play every row ``repeats`` times in the real env; ``pool`` (started or not) is reused and left open,
     else one of ``workers`` processes is started and closed here."""
     jobs = make_jobs(spec, starts, repeats=repeats, max_turns=max_turns)
@@ -212,7 +212,7 @@ def evaluate_agent_real(spec: EnvSpec, starts: Sequence[TaskStart], agent: Agent
         pool.start()
         started = time.perf_counter()
         records = run_episodes(jobs, agent, RealBackend(spec, pool), rules=TurnRules.of(spec), mode="real",
-                               is_success=spec.is_success, progress=progress)
+                               is_success=spec.is_success, progress=progress, keep_messages=keep_messages)
         seconds = time.perf_counter() - started
     finally:
         if own:

@@ -127,8 +127,11 @@ class _Live:
 
 
 def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, rules: TurnRules, mode: str,
-                 is_success: Callable[[float], bool], progress: bool = True) -> list[EpisodeRecord]:
-    """Play every job to its end; returns one record per job, in job order."""
+                 is_success: Callable[[float], bool], progress: bool = True,
+                 keep_messages: bool = False) -> list[EpisodeRecord]:
+    """Play every job to its end; returns one record per job, in job order. With ``keep_messages`` each record's
+    ``extra["messages"]`` is the conversation as the agent had it, plus the last observation when the env ended
+    the episode (SFT demos are made of it: :mod:`textwm.eval.agent_sft`)."""
     pending = deque(jobs)
     live: dict[int, _Live] = {}
     done: dict[str, EpisodeRecord] = {}
@@ -137,6 +140,10 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, r
     def close(slot: int) -> None:
         ep = live.pop(slot)
         extra = {**ep.extra, **env.release(slot)}
+        if keep_messages:
+            last = ep.trajectory.observations[-1] if ep.trajectory.observations else None
+            ending = [{"role": "user", "content": last}] if ep.trajectory.env_ended and last is not None else []
+            extra["messages"] = [*ep.messages, *ending]
         done[ep.job.episode_id] = EpisodeRecord.of(ep.job, mode, ep.trajectory, success=is_success(ep.trajectory.score),
                                                    seconds=time.perf_counter() - ep.started, extra=extra)
         bar.update(1)
