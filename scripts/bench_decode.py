@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM
 
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
+from textwm.generation.engine.core import BLAS_CHOICES
 from textwm.generation.engine.decoder import EngineDecoder
 from textwm.generation.engine.static_model import ATTENTIONS
 from textwm.generation.sdar import SDARDecoder
@@ -130,14 +131,13 @@ def main() -> int:
                    "and tokenizer); pair with --prompts")
     p.add_argument("--prompts", help="chat-format rows (.jsonl) whose prompts the trained checkpoint decodes, "
                    "cycled to fill each batch and cut to their last --prompt-len tokens")
-    p.add_argument("--blas", default="default", choices=["default", "cublas", "cublaslt"],
-                   help="torch's preferred BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library)")
+    p.add_argument("--blas", default="auto", choices=list(BLAS_CHOICES),
+                   help="the engine's BLAS library (DecodeEngine blas: auto = cuBLASLt on CUDA); the HF and "
+                        "reference decoders run with torch's default")
     p.add_argument("--out", default="runs/bench_decode.json")
     args = p.parse_args()
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
-    if args.blas != "default":
-        torch.backends.cuda.preferred_blas_library(args.blas)
-    print(f"BLAS: {torch.backends.cuda.preferred_blas_library()}")
+    print(f"engine BLAS: {args.blas}")
     if (args.model_path is None) != (args.prompts is None):
         p.error("--model-path and --prompts go together")
     if args.model_path and any(not d.startswith("engine_") for d in args.decoders):
@@ -213,7 +213,8 @@ def main() -> int:
                 gens, secs = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
             else:
                 dec = engines.get((family, layers)) or EngineDecoder(
-                    model, specs[family], max_rows=bsz, attention=args.attention, fused=layers == "fused")
+                    model, specs[family], max_rows=bsz, attention=args.attention, fused=layers == "fused",
+                    blas=args.blas)
                 engines = {(family, layers): dec}   # one engine's cache at a time
                 _, first = timed(lambda dec=dec, s=settings, prompts=prompts: dec.generate(prompts, s))
                 if (family, layers) not in counted:

@@ -299,3 +299,10 @@ def test_a_failed_step_leaves_an_idle_engine_that_decodes_again(sdar, prompts):
     engine.forward = forward
     got = engine.generate(prompts, settings)
     assert outcome(got) == outcome(reference_decoder(sdar.model, sdar.spec).generate(prompts, settings))
+
+
+def test_blas_is_left_alone_on_the_cpu_and_checked(tiny_ar_dir):
+    lm = load_model(tiny_ar_dir, device="cpu", dtype="float32")
+    assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32).blas is None
+    with pytest.raises(ValueError, match="blas must be one of"):
+        DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32, blas="mkl")

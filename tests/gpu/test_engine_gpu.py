@@ -110,3 +110,20 @@ def test_compiled_fused_layers_track_the_modules_in_low_precision(tiny_sdar_dir,
 def test_make_decoder_runs_the_engine_on_cuda(tiny_sdar_dir):
     lm = _load(tiny_sdar_dir, untie_head)
     assert isinstance(make_decoder(lm.model, lm.spec), EngineDecoder)
+
+
+def test_the_engine_runs_its_steps_under_cublaslt_and_restores_the_process_preference(tiny_ar_dir):
+    lm = _load(tiny_ar_dir)
+    seen = []
+
+    class Recording(DecodeEngine):
+        def _step(self):
+            seen.append(torch.backends.cuda.preferred_blas_library())
+            return super()._step()
+
+    before = torch.backends.cuda.preferred_blas_library()
+    engine = Recording(lm.model, lm.spec, max_rows=2, max_len=32)
+    engine.generate([[5, 6, 7]], DecodeSettings(gen_length=4, temperature=0))
+    assert engine.blas == "cublaslt" and seen and set(seen) == {torch._C._BlasBackend.Cublaslt}
+    assert torch.backends.cuda.preferred_blas_library() == before
+    assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32, blas="default").blas is None
