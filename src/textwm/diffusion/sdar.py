@@ -114,4 +114,14 @@ def masked_diffusion_loss(logits: torch.Tensor, targets: torch.Tensor, mask_prob
             ranks), so the loss is correct under gradient accumulation and data parallelism.
     """
     ce = F.cross_entropy(logits.float(), targets, reduction="none")
+    return masked_diffusion_loss_from_ce(ce, mask_prob, num_answer_tokens)
+
+
+def masked_diffusion_loss_from_ce(ce: torch.Tensor, mask_prob: torch.Tensor,
+                                  num_answer_tokens: torch.Tensor | int) -> torch.Tensor:
+    """:func:`masked_diffusion_loss` from the per-token CE ``[N]`` (float32) of the masked positions.
+
+    Shared by both loss implementations: the logits path above and the chunked one
+    (:func:`textwm.training.linear_ce.linear_cross_entropy`), which never forms the logits.
+    """
     return (ce / mask_prob).sum() / num_answer_tokens

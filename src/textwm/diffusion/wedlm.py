@@ -128,9 +128,8 @@ def wedlm_loss(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, gamma: torch
         ar_logits: ``[N, V]`` at clean positions whose next token is an answer token; ar_targets ``[N]``.
         num_answer_tokens: answer tokens of the whole optimisation step (all micro-batches, ranks).
     """
-    mlm = (F.cross_entropy(mlm_logits.float(), mlm_targets, reduction="none") / gamma).sum()
-    ar = F.cross_entropy(ar_logits.float(), ar_targets, reduction="sum")
-    return (mlm + ar_weight * ar) / (1.0 + ar_weight) / num_answer_tokens
+    mlm_ce, ar_ce = _ce(mlm_logits, mlm_targets), _ce(ar_logits, ar_targets)
+    return wedlm_loss_from_ce(mlm_ce, gamma, ar_ce, num_answer_tokens, ar_weight=ar_weight)
 
 
 def wedlm_loss_per_micro_batch(mlm_logits: torch.Tensor, mlm_targets: torch.Tensor, gamma: torch.Tensor,
@@ -143,12 +142,32 @@ def wedlm_loss_per_micro_batch(mlm_logits: torch.Tensor, mlm_targets: torch.Tens
     ``ar`` the mean ``ce`` over its answer tokens (``compute_ar_loss``); an empty term is 0
     (``trainer.py`` ``train_step``). Shapes as in :func:`wedlm_loss`. The caller averages micro-batches.
     """
-    zero = (mlm_logits.sum() + ar_logits.sum()).float() * 0.0          # keeps the graph when a term is empty
+    mlm_ce, ar_ce = _ce(mlm_logits, mlm_targets), _ce(ar_logits, ar_targets)
+    return wedlm_loss_per_micro_batch_from_ce(mlm_ce, gamma, ar_ce, ar_weight=ar_weight)
+
+
+def _ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[N, V], [N] -> [N]`` float32 per-token cross-entropy."""
+    return F.cross_entropy(logits.float(), targets, reduction="none")
+
+
+# The weighting and normalisation, from per-token CE: shared by the logits path above and the chunked
+# one (textwm.training.linear_ce.linear_cross_entropy, which never forms the logits).
+
+def wedlm_loss_from_ce(mlm_ce: torch.Tensor, gamma: torch.Tensor, ar_ce: torch.Tensor,
+                       num_answer_tokens: torch.Tensor | int, ar_weight: float = AR_LOSS_WEIGHT) -> torch.Tensor:
+    """:func:`wedlm_loss` from the per-token CE: ``mlm_ce [M]`` at the mask slots, ``ar_ce [N]`` (float32)."""
+    return ((mlm_ce / gamma).sum() + ar_weight * ar_ce.sum()) / (1.0 + ar_weight) / num_answer_tokens
+
+
+def wedlm_loss_per_micro_batch_from_ce(mlm_ce: torch.Tensor, gamma: torch.Tensor, ar_ce: torch.Tensor,
+                                       ar_weight: float = AR_LOSS_WEIGHT) -> torch.Tensor:
+    """:func:`wedlm_loss_per_micro_batch` from the per-token CE ``mlm_ce [M]``, ``ar_ce [N]`` (float32)."""
+    zero = (mlm_ce.sum() + ar_ce.sum()) * 0.0          # keeps the graph when a term is empty
     mlm = ar = zero
-    if len(mlm_targets):
+    if len(mlm_ce):
         weight = 1.0 / (gamma.float() + UPSTREAM_WEIGHT_EPS)
-        ce = F.cross_entropy(mlm_logits.float(), mlm_targets, reduction="none")
-        mlm = (ce * weight).sum() / weight.sum()
-    if len(ar_targets):
-        ar = F.cross_entropy(ar_logits.float(), ar_targets, reduction="mean")
+        mlm = (mlm_ce * weight).sum() / weight.sum()
+    if len(ar_ce):
+        ar = ar_ce.mean()
     return (mlm + ar_weight * ar) / (1.0 + ar_weight)

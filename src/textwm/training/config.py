@@ -17,6 +17,7 @@ from textwm.config import ConfigError
 from textwm.training.paper_keys import read_paper_config
 from textwm.training.sft_config import (
     IGNORED_LLAMAFACTORY_KEYS,
+    LOSS_IMPLS,
     OBJECTIVES,
     TRUNCATE_MODES,
     WEDLM_LOSS_NORMALISATIONS,
@@ -24,7 +25,7 @@ from textwm.training.sft_config import (
     SFTConfig,
 )
 
-__all__ = ["IGNORED_LLAMAFACTORY_KEYS", "OBJECTIVES", "TRUNCATE_MODES", "WEDLM_LOSS_NORMALISATIONS",
+__all__ = ["IGNORED_LLAMAFACTORY_KEYS", "LOSS_IMPLS", "OBJECTIVES", "TRUNCATE_MODES", "WEDLM_LOSS_NORMALISATIONS",
            "WEDLM_LOSS_WEIGHTINGS", "ConfigError", "SFTConfig", "load_config", "save_config"]
 
 

@@ -5,6 +5,12 @@ An objective knows the block size it pads samples to, adds what it needs to a co
 step (``num_items_in_batch``, counted by the HF Trainer over all micro-batches and ranks), so
 gradient accumulation and data parallelism give the same gradient as one large batch.
 WeDLM is the third class, with the same three methods.
+
+``loss_impl`` chooses how the per-token cross-entropy is taken: ``logits`` (the model's logits at
+the loss positions, then cross-entropy) or ``chunked`` (:mod:`textwm.training.linear_ce`: the same
+losses from the final hidden states and the lm_head weight, without keeping a ``[positions, vocab]``
+float32 logits tensor for the backward pass). The weighting and normalisation after the CE is one
+function per objective either way (``*_from_ce`` in :mod:`textwm.diffusion`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from textwm.diffusion.sdar import (
     MASK_EPS,
     double_input,
     masked_diffusion_loss,
+    masked_diffusion_loss_from_ce,
     sample_row_noise,
 )
 from textwm.diffusion.wedlm import (
@@ -29,11 +36,14 @@ from textwm.diffusion.wedlm import (
     reorder_within_blocks,
     sample_block_noise,
     wedlm_loss,
+    wedlm_loss_from_ce,
     wedlm_loss_per_micro_batch,
+    wedlm_loss_per_micro_batch_from_ce,
     wedlm_mask_mod,
 )
-from textwm.training.config import WEDLM_LOSS_NORMALISATIONS, WEDLM_LOSS_WEIGHTINGS
+from textwm.training.config import LOSS_IMPLS, WEDLM_LOSS_NORMALISATIONS, WEDLM_LOSS_WEIGHTINGS
 from textwm.training.data import pad_batch
+from textwm.training.linear_ce import model_token_cross_entropy
 
 
 def _answer_tokens(labels: torch.Tensor, num_items_in_batch: Any) -> Any:
@@ -88,9 +98,13 @@ class Objective(ABC):
     #: Samples are padded to a multiple of this (None: no padding).
     block_size: int | None = None
 
-    def __init__(self, *, attn_implementation: str, pad_token_id: int):
+    def __init__(self, *, attn_implementation: str, pad_token_id: int, loss_impl: str = "logits"):
+        if loss_impl not in LOSS_IMPLS:
+            raise ValueError(f"{type(self).__name__}: loss_impl must be one of {', '.join(LOSS_IMPLS)}, "
+                             f"got {loss_impl!r}")
         self.attn_implementation = attn_implementation
         self.pad_token_id = pad_token_id
+        self.loss_impl = loss_impl
 
     def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Pad rows into ``[B, L]`` tensors (flex attention wants lengths in 128-token tiles)."""
@@ -100,6 +114,20 @@ class Objective(ABC):
     @abstractmethod
     def loss(self, model: Any, batch: dict[str, torch.Tensor], num_items_in_batch: Any = None) -> torch.Tensor:
         """Scalar loss of one micro-batch, already divided by the step's answer-token count."""
+
+    @staticmethod
+    def chunked_token_ce(model: Any, need: torch.Tensor, targets: torch.Tensor,
+                         **model_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ``chunked`` CE at the positions ``need [B, S]`` (bool) of the model's input sequence.
+
+        ``targets [B, S]``: the token each needed position predicts. Returns ``(ce [N] float32,
+        keep [K], sel [B, K])``: ``keep`` the positions needed by some row (the hidden states that are
+        projected, as ``logits_to_keep``), ``sel = need[:, keep]``, ``ce`` in the row-major order of ``sel``.
+        """
+        keep = need.any(dim=0).nonzero(as_tuple=True)[0]
+        sel = need[:, keep]
+        ce = model_token_cross_entropy(model, keep=keep, select=sel, targets=targets[:, keep][sel], **model_inputs)
+        return ce, keep, sel
 
 
 class ARObjective(Objective):
@@ -112,6 +140,12 @@ class ARObjective(Objective):
         bsz, length = ids.shape
         mask = build_mask(packed_causal_mask_mod(batch["sample_ids"]), bsz, length, length, ids.device,
                           attn_implementation=self.attn_implementation)
+        if self.loss_impl == "chunked":
+            # Position i predicts labels[i + 1]; the last position predicts nothing.
+            next_labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], 1)
+            ce = self.chunked_token_ce(model, next_labels != IGNORE_INDEX, next_labels, input_ids=ids,
+                                       position_ids=batch["position_ids"], attention_mask=mask)[0]
+            return ce.sum() / _answer_tokens(labels, num_items_in_batch)
         logits = model(input_ids=ids, position_ids=batch["position_ids"], attention_mask=mask).logits
         targets = labels[:, 1:]
         keep = targets != IGNORE_INDEX
@@ -125,8 +159,8 @@ class SDARObjective(Objective):
     name = "sdar"
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, block_size: int,
-                 mask_eps: float = MASK_EPS):
-        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
+                 mask_eps: float = MASK_EPS, loss_impl: str = "logits"):
+        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=loss_impl)
         self.mask_token_id = mask_token_id
         self.block_size = block_size
         self.mask_eps = mask_eps
@@ -147,6 +181,12 @@ class SDARObjective(Objective):
                           ids.device, attn_implementation=self.attn_implementation)
         # Only positions masked in some row need logits: the vocabulary projection of the rest
         # (prompt, unmasked answer, the whole clean copy) would be wasted memory.
+        if self.loss_impl == "chunked":
+            need, targets = F.pad(masked, (0, length)), F.pad(ids, (0, length))   # nothing from the clean copy
+            ce, keep, sel = self.chunked_token_ce(model, need, targets, input_ids=ids2, position_ids=pos2,
+                                                  attention_mask=mask)
+            return masked_diffusion_loss_from_ce(ce, batch["noise_p"][:, keep][sel],
+                                                 _answer_tokens(labels, num_items_in_batch))
         keep = masked.any(dim=0).nonzero(as_tuple=True)[0]
         logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
         sel = masked[:, keep]
@@ -173,8 +213,8 @@ class WeDLMObjective(Objective):
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int,
                  loss_normalisation: str = "step_tokens", accumulation_steps: int = 1,
-                 ar_weight: float = AR_LOSS_WEIGHT, weighting: str = "weighted"):
-        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id)
+                 ar_weight: float = AR_LOSS_WEIGHT, weighting: str = "weighted", loss_impl: str = "logits"):
+        super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=loss_impl)
         if loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
             raise ValueError(f"WeDLMObjective: loss_normalisation must be one of "
                              f"{', '.join(WEDLM_LOSS_NORMALISATIONS)}, got {loss_normalisation!r}")
@@ -227,21 +267,36 @@ class WeDLMObjective(Objective):
         if self.ar_weight > 0:
             ar_at[:, :-1] = labels[:, 1:] != IGNORE_INDEX
         need = torch.cat([ar_at, xt_masked], 1)
-        keep = need.any(dim=0).nonzero(as_tuple=True)[0]
-        logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
-        sel = need[:, keep]
-        in_clean = keep < length
-        ar_sel, mlm_sel = sel & in_clean, sel & ~in_clean
-        targets = torch.cat([torch.roll(ids, -1, dims=1), ids.gather(1, order)], 1)[:, keep]
+        targets = torch.cat([torch.roll(ids, -1, dims=1), ids.gather(1, order)], 1)
         xt_gamma = batch["noise_gamma"].gather(1, order)
         if self.weighting == "uniform":
             xt_gamma = torch.ones_like(xt_gamma)
-        gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), xt_gamma], 1)[:, keep]
+        gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), xt_gamma], 1)
+        inputs = dict(input_ids=ids2, position_ids=pos2, attention_mask=mask)
+        if self.loss_impl == "chunked":
+            ce, keep, sel = self.chunked_token_ce(model, need, targets, **inputs)
+            is_mlm = (keep >= length).expand_as(sel)[sel]                # [N]: an xt slot, else an AR position
+            terms = (ce[is_mlm], gamma[:, keep][sel][is_mlm], ce[~is_mlm])
+            return self._normalise(terms, labels, num_items_in_batch, from_ce=True)
+        keep = need.any(dim=0).nonzero(as_tuple=True)[0]
+        logits = model(**inputs, logits_to_keep=keep).logits
+        sel = need[:, keep]
+        in_clean = keep < length
+        ar_sel, mlm_sel = sel & in_clean, sel & ~in_clean
+        targets, gamma = targets[:, keep], gamma[:, keep]
         terms = (logits[mlm_sel], targets[mlm_sel], gamma[mlm_sel], logits[ar_sel], targets[ar_sel])
+        return self._normalise(terms, labels, num_items_in_batch, from_ce=False)
+
+    def _normalise(self, terms: tuple, labels: torch.Tensor, num_items_in_batch: Any, *,
+                   from_ce: bool) -> torch.Tensor:
+        """The loss by ``loss_normalisation`` from ``terms``: ``(mlm ce, gamma, ar ce)`` when ``from_ce``,
+        else ``(mlm logits, mlm targets, gamma, ar logits, ar targets)``."""
         if self.loss_normalisation == "micro_batch":
-            return (wedlm_loss_per_micro_batch(*terms, ar_weight=self.ar_weight)
+            per_micro_batch = wedlm_loss_per_micro_batch_from_ce if from_ce else wedlm_loss_per_micro_batch
+            return (per_micro_batch(*terms, ar_weight=self.ar_weight)
                     / self.micro_batches_per_step(num_items_in_batch))
-        return wedlm_loss(*terms, _answer_tokens(labels, num_items_in_batch), ar_weight=self.ar_weight)
+        step_tokens = wedlm_loss_from_ce if from_ce else wedlm_loss
+        return step_tokens(*terms, _answer_tokens(labels, num_items_in_batch), ar_weight=self.ar_weight)
 
 
 def real_tokens(batch: dict[str, torch.Tensor]) -> int:

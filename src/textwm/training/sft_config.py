@@ -27,6 +27,8 @@ WEDLM_LOSS_NORMALISATIONS = ("step_tokens", "micro_batch")
 #: WeDLM weightings of the masked-token term (Tencent/WeDLM ``finetune/src/loss.py`` ``compute_mlm_loss``).
 WEDLM_LOSS_WEIGHTINGS = ("weighted", "uniform")
 TRUNCATE_MODES = ("drop", "cut")
+#: How the objectives take the cross-entropy (:mod:`textwm.training.linear_ce`): ``logits`` or ``chunked``.
+LOSS_IMPLS = ("logits", "chunked")
 
 #: LlamaFactory keys of the paper's configs that this trainer does not need (accepted, warned about).
 IGNORED_LLAMAFACTORY_KEYS = frozenset({
@@ -90,6 +92,10 @@ class SFTConfig:
     wedlm_ar_loss_weight: float = field(default=1.0, metadata={
         "help": "WeDLM: weight w of the AR term, loss (mlm + w * ar) / (1 + w); 0 turns the AR term off "
                 "(Tencent/WeDLM ar_loss_weight, enable_ar_loss: false)"})
+    loss_impl: str = field(default="logits", metadata={
+        "help": "logits (the model's logits at the loss positions, then cross-entropy) or chunked (the same losses "
+                "from the hidden states and the lm_head weight, chunk by chunk: no [positions, vocab] float32 "
+                "logits kept for the backward pass)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
     resume_from_checkpoint: Any = field(default=None, metadata={
         "help": "null, true (latest checkpoint in output_dir) or a checkpoint path"})
@@ -121,6 +127,8 @@ class SFTConfig:
         if not self.wedlm_ar_loss_weight >= 0:
             raise ConfigError(f"wedlm_ar_loss_weight must be >= 0 (0 turns the AR term off), got "
                               f"{self.wedlm_ar_loss_weight}")
+        if self.loss_impl not in LOSS_IMPLS:
+            raise ConfigError(f"loss_impl must be one of {', '.join(LOSS_IMPLS)}, got {self.loss_impl!r}")
         if Path(self.final_dir).is_absolute() or ".." in Path(self.final_dir).parts:
             raise ConfigError(f"final_dir must be a sub-folder of output_dir (a relative path), got {self.final_dir!r}")
         if self.truncate_mode not in TRUNCATE_MODES:

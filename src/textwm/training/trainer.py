@@ -30,8 +30,9 @@ from textwm.models.checkpoint import (
     convert_to_wedlm,
     read_spec,
 )
-from textwm.training.config import SFTConfig, save_config
+from textwm.training.config import ConfigError, SFTConfig, save_config
 from textwm.training.data import ChatEncoder, TrainingRows, build_rows, count_tokens, encode_rows
+from textwm.training.linear_ce import output_projection
 from textwm.training.objectives import ARObjective, Objective, SDARObjective, WeDLMObjective, real_tokens
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
             _check_diffusion_fields(spec, config)
         objective: Objective = SDARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
                                              mask_token_id=int(model.config.mask_token_id),
-                                             block_size=config.block_length, mask_eps=config.mask_eps)
+                                             block_size=config.block_length, mask_eps=config.mask_eps,
+                                             loss_impl=config.loss_impl)
     elif config.objective == "wedlm":
         if spec.family != "wedlm":
             mask_id = convert_to_wedlm(model, tokenizer, config.block_length)
@@ -94,13 +96,24 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
                                    mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
                                    loss_normalisation=config.wedlm_loss_normalisation,
                                    accumulation_steps=config.gradient_accumulation_steps,
-                                   ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting)
+                                   ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting,
+                                   loss_impl=config.loss_impl)
     else:
         if spec.family != "ar":
             as_autoregressive(model)
             log.warning("%s is a %s checkpoint trained here with the AR objective; checkpoints are "
                         "saved as a plain causal LM", spec.path, spec.family)
-        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id)
+        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
+                                loss_impl=config.loss_impl)
+    if config.loss_impl == "chunked":
+        try:  # a model whose logits the chunked CE cannot reproduce fails here, not at the first step
+            output_projection(model)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        log.info("loss_impl chunked: %s cross-entropy from the hidden states and the lm_head weight, chunk by chunk "
+                 "(no logits tensor)", objective.name)
+    else:
+        log.info("loss_impl logits: %s cross-entropy from the model's logits at the loss positions", objective.name)
     if spec.stop_ids:
         model.generation_config.eos_token_id = list(spec.stop_ids)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
