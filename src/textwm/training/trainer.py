@@ -184,8 +184,13 @@ class ProgressLine(TrainerCallback):
         rate = (tokens - self._last[1]) / max(now - self._last[0], 1e-9) * args.world_size
         self._last = (now, tokens)
         logs["tokens_per_second"] = round(rate, 1)
-        log.info("step %d/%d | loss %.4f | lr %.3g | %.0f tok/s | epoch %.2f", state.global_step, state.max_steps,
-                 logs["loss"], logs.get("learning_rate", float("nan")), rate, state.epoch or 0.0)
+        memory = ""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            # The most this rank's tensors have held since the start (the allocator's count, not the reserve).
+            logs["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            memory = f" | peak {logs['peak_memory_gib']:.1f} GiB"
+        log.info("step %d/%d | loss %.4f | lr %.3g | %.0f tok/s | epoch %.2f%s", state.global_step, state.max_steps,
+                 logs["loss"], logs.get("learning_rate", float("nan")), rate, state.epoch or 0.0, memory)
 
 
 class SaveResolvedConfig(TrainerCallback):
