@@ -173,9 +173,7 @@ def summary_text(summary: dict[str, Any], config: AgentSFTConfig) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``python -m textwm.eval.agent_sft ...``; exit 2 on bad input, 1 when every episode failed."""
-    from textwm.data.jsonl import DataError
-    from textwm.envs.protocol import EnvError
-    from textwm.eval.agents import AgentError
+    from textwm.eval.run import input_errors, setup_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -184,12 +182,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("py4j", "scienceworld", "httpx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    setup_logging()
     try:
         summary = run(config)
-    except (DataError, AgentError, EnvError, ConfigError) as exc:
+    except input_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary, config))

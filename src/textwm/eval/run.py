@@ -324,7 +324,14 @@ def parse_config(argv: list[str] | None = None, prog: str | None = None, *, env:
                      key_values=False).parse(argv)[0]
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
+def setup_logging() -> None:
+    """The evaluation commands' log: INFO, the env libraries' and HTTP client's chatter at WARNING."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("py4j", "scienceworld", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input (files, rows, endpoints, checkpoints): exit 2 with the message."""
     from textwm.data.jsonl import DataError
     from textwm.envs.protocol import EnvError
@@ -346,12 +353,10 @@ def main(argv: list[str] | None = None, prog: str | None = None, *, env: str | N
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in ("py4j", "scienceworld", "httpx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    setup_logging()
     try:
         results = run(config)
-    except _input_errors() as exc:  # evaluated only when an exception arrives
+    except input_errors() as exc:  # evaluated only when an exception arrives
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(markdown(results, config))
