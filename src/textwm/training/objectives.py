@@ -144,9 +144,9 @@ class ARObjective(Objective):
             # Position i predicts labels[i + 1]; the last position predicts nothing.
             next_labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], 1)
             ce = self.chunked_token_ce(model, next_labels != IGNORE_INDEX, next_labels, input_ids=ids,
-                                       position_ids=batch["position_ids"], attention_mask=mask)[0]
+                                       position_ids=batch["position_ids"], attention_mask=mask, use_cache=False)[0]
             return ce.sum() / _answer_tokens(labels, num_items_in_batch)
-        logits = model(input_ids=ids, position_ids=batch["position_ids"], attention_mask=mask).logits
+        logits = model(input_ids=ids, position_ids=batch["position_ids"], attention_mask=mask, use_cache=False).logits
         targets = labels[:, 1:]
         keep = targets != IGNORE_INDEX
         ce = F.cross_entropy(logits[:, :-1][keep].float(), targets[keep], reduction="sum")
@@ -184,11 +184,12 @@ class SDARObjective(Objective):
         if self.loss_impl == "chunked":
             need, targets = F.pad(masked, (0, length)), F.pad(ids, (0, length))   # nothing from the clean copy
             ce, keep, sel = self.chunked_token_ce(model, need, targets, input_ids=ids2, position_ids=pos2,
-                                                  attention_mask=mask)
+                                                  attention_mask=mask, use_cache=False)
             return masked_diffusion_loss_from_ce(ce, batch["noise_p"][:, keep][sel],
                                                  _answer_tokens(labels, num_items_in_batch))
         keep = masked.any(dim=0).nonzero(as_tuple=True)[0]
-        logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep).logits
+        logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep,
+                       use_cache=False).logits
         sel = masked[:, keep]
         return masked_diffusion_loss(logits[sel], ids[:, keep][sel], batch["noise_p"][:, keep][sel],
                                      _answer_tokens(labels, num_items_in_batch))
@@ -272,7 +273,7 @@ class WeDLMObjective(Objective):
         if self.weighting == "uniform":
             xt_gamma = torch.ones_like(xt_gamma)
         gamma = torch.cat([torch.ones_like(batch["noise_gamma"]), xt_gamma], 1)
-        inputs = dict(input_ids=ids2, position_ids=pos2, attention_mask=mask)
+        inputs = dict(input_ids=ids2, position_ids=pos2, attention_mask=mask, use_cache=False)
         if self.loss_impl == "chunked":
             ce, keep, sel = self.chunked_token_ce(model, need, targets, **inputs)
             is_mlm = (keep >= length).expand_as(sel)[sel]                # [N]: an xt slot, else an AR position

@@ -27,6 +27,10 @@ WEDLM_LOSS_NORMALISATIONS = ("step_tokens", "micro_batch")
 #: WeDLM weightings of the masked-token term (Tencent/WeDLM ``finetune/src/loss.py`` ``compute_mlm_loss``).
 WEDLM_LOSS_WEIGHTINGS = ("weighted", "uniform")
 TRUNCATE_MODES = ("drop", "cut")
+#: ``memory_check`` values (:mod:`textwm.training.memory`).
+MEMORY_CHECKS = ("error", "warn", "off")
+#: ``gradient_checkpointing_mode`` values (:mod:`textwm.training.speedups`).
+CHECKPOINT_MODES = ("full", "ops")
 #: How the objectives take the cross-entropy (:mod:`textwm.training.linear_ce`): ``logits`` or ``chunked``.
 LOSS_IMPLS = ("logits", "chunked")
 
@@ -71,6 +75,20 @@ class SFTConfig:
     optim: str = field(default="adamw_torch", metadata={"help": "HF optimizer name"})
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU)"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations to save memory"})
+    gradient_checkpointing_mode: str = field(default="full", metadata={
+        "help": "full (a layer keeps only its input) or ops (selective: keep matmul and attention outputs, "
+                "recompute norms, SwiGLU and RoPE)"})
+    gradient_checkpointing_every: int = field(default=1, metadata={
+        "help": "checkpoint every N-th decoder layer (1: all; 2: half of them, the rest keep their activations)"})
+    activation_offload: bool = field(default=False, metadata={
+        "help": "hold what the decoder layers save for the backward in pinned host memory (with checkpointing: "
+                "only the layer inputs); slower, frees GPU memory"})
+    enable_liger_kernel: bool = field(default=False, metadata={
+        "help": "liger-kernel's fused RMSNorm, RoPE and SwiGLU (GPU; pip install liger-kernel)"})
+    torch_compile: bool = field(default=False, metadata={"help": "torch.compile each decoder layer (regional)"})
+    memory_check: str = field(default="error", metadata={
+        "help": "before the first step, estimate this rank's GPU memory: error (stop with what to change when it "
+                "will not fit), warn, or off"})
     attn_implementation: str = field(default="auto", metadata={
         "help": "auto (flex_attention on CUDA, sdpa on CPU), flex_attention, sdpa or eager"})
     deepspeed: str = field(default="", metadata={"help": "DeepSpeed JSON config (ZeRO-2/3), e.g. sdar/configs/ds_z3.json"})
@@ -129,6 +147,16 @@ class SFTConfig:
                               f"{self.wedlm_ar_loss_weight}")
         if self.loss_impl not in LOSS_IMPLS:
             raise ConfigError(f"loss_impl must be one of {', '.join(LOSS_IMPLS)}, got {self.loss_impl!r}")
+        if self.gradient_checkpointing_mode not in CHECKPOINT_MODES:
+            raise ConfigError(f"gradient_checkpointing_mode must be one of {', '.join(CHECKPOINT_MODES)}, got "
+                              f"{self.gradient_checkpointing_mode!r}")
+        if self.gradient_checkpointing_every < 1:
+            raise ConfigError(f"gradient_checkpointing_every must be >= 1, got {self.gradient_checkpointing_every}")
+        if self.memory_check not in MEMORY_CHECKS:
+            raise ConfigError(f"memory_check must be one of {', '.join(MEMORY_CHECKS)}, got {self.memory_check!r}")
+        if self.activation_offload and self.torch_compile:
+            raise ConfigError("activation_offload and torch_compile cannot be combined (saved-tensor hooks around "
+                              "compiled layers); choose one")
         if Path(self.final_dir).is_absolute() or ".." in Path(self.final_dir).parts:
             raise ConfigError(f"final_dir must be a sub-folder of output_dir (a relative path), got {self.final_dir!r}")
         if self.truncate_mode not in TRUNCATE_MODES:

@@ -30,6 +30,7 @@ from textwm.models.checkpoint import (
     convert_to_wedlm,
     read_spec,
 )
+from textwm.training import memory, speedups
 from textwm.training.config import ConfigError, SFTConfig, save_config
 from textwm.training.data import ChatEncoder, TrainingRows, build_rows, count_tokens, encode_rows
 from textwm.training.linear_ce import output_projection
@@ -59,6 +60,20 @@ def _check_diffusion_fields(spec: ModelSpec, config: SFTConfig) -> None:
         raise CheckpointError(f"{spec.path}: {spec.family} checkpoint without mask_token_id in config.json")
 
 
+def build_objective(config: SFTConfig, model: Any, attn_implementation: str, pad_token_id: int) -> Objective:
+    """The config's objective for ``model`` (already of the objective's family: its mask id is read)."""
+    common = dict(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=config.loss_impl)
+    if config.objective == "sdar":
+        return SDARObjective(mask_token_id=int(model.config.mask_token_id), block_size=config.block_length,
+                             mask_eps=config.mask_eps, **common)
+    if config.objective == "wedlm":
+        return WeDLMObjective(mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
+                              loss_normalisation=config.wedlm_loss_normalisation,
+                              accumulation_steps=config.gradient_accumulation_steps,
+                              ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting, **common)
+    return ARObjective(**common)
+
+
 def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any, Objective]:
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,10 +96,6 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
                         "checkpoints are saved in SDAR format", spec.path, spec.family, config.block_length, mask_id)
         else:
             _check_diffusion_fields(spec, config)
-        objective: Objective = SDARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
-                                             mask_token_id=int(model.config.mask_token_id),
-                                             block_size=config.block_length, mask_eps=config.mask_eps,
-                                             loss_impl=config.loss_impl)
     elif config.objective == "wedlm":
         if spec.family != "wedlm":
             mask_id = convert_to_wedlm(model, tokenizer, config.block_length)
@@ -92,19 +103,12 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
                         "keep its architecture", spec.path, spec.family, config.block_length, mask_id)
         else:
             _check_diffusion_fields(spec, config)
-        objective = WeDLMObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
-                                   mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
-                                   loss_normalisation=config.wedlm_loss_normalisation,
-                                   accumulation_steps=config.gradient_accumulation_steps,
-                                   ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting,
-                                   loss_impl=config.loss_impl)
     else:
         if spec.family != "ar":
             as_autoregressive(model)
             log.warning("%s is a %s checkpoint trained here with the AR objective; checkpoints are "
                         "saved as a plain causal LM", spec.path, spec.family)
-        objective = ARObjective(attn_implementation=attn_implementation, pad_token_id=pad_id,
-                                loss_impl=config.loss_impl)
+    objective = build_objective(config, model, attn_implementation, pad_id)
     if config.loss_impl == "chunked":
         try:  # a model whose logits the chunked CE cannot reproduce fails here, not at the first step
             output_projection(model)
@@ -222,7 +226,8 @@ def training_arguments(config: SFTConfig) -> TrainingArguments:
         max_steps=config.max_steps, lr_scheduler_type=config.lr_scheduler_type,
         warmup_steps=config.warmup_ratio,  # transformers 5: a float < 1 is a ratio of the total steps
         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, optim=config.optim, bf16=config.bf16,
-        gradient_checkpointing=config.gradient_checkpointing, deepspeed=config.deepspeed or None,
+        # Checkpointing is applied to the layers by speedups.apply_config (modes, every n-th layer, offload).
+        gradient_checkpointing=False, deepspeed=config.deepspeed or None,
         fsdp=config.fsdp or "", fsdp_config=config.fsdp_config or None, save_steps=config.save_steps,
         save_total_limit=config.save_total_limit, logging_steps=config.logging_steps, seed=config.seed,
         data_seed=config.seed, dataloader_num_workers=config.dataloader_num_workers, report_to=config.report_to,
@@ -254,6 +259,27 @@ def prepare_reporting_and_deepspeed(config: SFTConfig) -> None:
         log.info("DeepSpeed config from the paper's use_deepspeed/deepspeed_* keys -> %s", config.deepspeed)
 
 
+def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_implementation: str) -> None:
+    """``memory_check``: this rank's estimated peak (:mod:`textwm.training.memory`) against its GPU."""
+    if config.memory_check == "off":
+        return
+    if not torch.cuda.is_available():
+        log.info("memory check: no CUDA device, nothing to check")
+        return
+    from textwm.data.jsonl import read_json
+
+    tile = 128 if attn_implementation == "flex_attention" else 1
+    longest = max(len(r) for r in rows.rows)
+    tokens, answer = count_tokens(rows.rows)
+    ds = (config._generated_deepspeed or read_json(config.deepspeed)) if config.deepspeed else None
+    plan = memory.plan_for(config, row_tokens=-(-longest // tile) * tile, answer_share=answer / max(tokens, 1),
+                           world_size=int(os.environ.get("WORLD_SIZE", "1")), deepspeed_config=ds)
+    device = torch.cuda.current_device()
+    fits, line = memory.check_fits(memory.ModelShape.of(model), plan, torch.cuda.get_device_properties(device).total_memory,
+                             on_fail=config.memory_check)
+    (log.info if fits else log.warning)(line)
+
+
 def train(config: SFTConfig) -> TrainResult:
     """Run SFT as configured; returns where the final model is and the training loss."""
     from textwm.config import check_output_dir
@@ -262,6 +288,7 @@ def train(config: SFTConfig) -> TrainResult:
     for what, path in (("train_file", config.resolve_train_file()), ("eval_file", config.eval_file)):
         if path and not Path(path).is_file():
             raise DataError(f"{what} {path} not found")
+    speedups.check_packages(config)
     attn = resolve_attn_implementation(config.attn_implementation)
     model, tokenizer, objective = prepare_model(config, attn)
     encoder = ChatEncoder(tokenizer)
@@ -269,6 +296,9 @@ def train(config: SFTConfig) -> TrainResult:
     eval_rows = (load_rows(Path(config.eval_file), encoder, config, objective.block_size, what="eval")
                  if config.eval_file else None)
     prepare_reporting_and_deepspeed(config)
+    check_memory(model, config, train_rows, attn)
+    for line in speedups.apply_config(model, config):
+        log.info(line)
     args = training_arguments(config)
     if args.n_gpu > 1:
         raise CheckpointError(
