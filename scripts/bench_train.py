@@ -1,0 +1,284 @@
+"""Training throughput and memory of the one trainer's step for AR, SDAR and WeDLM, with and without
+each speed / memory switch (issue 16). One process, one GPU, random weights of a named Qwen3 shape.
+
+Every arm runs the trainer's own code for a step - the objective's collation and loss
+(:mod:`textwm.training.objectives`), the switches of :mod:`textwm.training.speedups`, bf16 autocast
+over fp32 master weights, gradient clipping and the optimizer - on the same synthetic packed rows
+(samples of 256-1,024 tokens, 30% answer, packed to ``--cutoff``), without the HF Trainer's loop
+around it. It prints, per arm: tokens/s (real input tokens, not the doubled copy), step time, model
+TFLOP/s and MFU against ``--peak-tflops``, peak allocated memory, the trainer's memory estimate
+(:mod:`textwm.training.memory`) and the first step's loss (equal across the arms of one model up to
+bf16 rounding: the switches must not change the loss).
+
+FLOPs per step count what the model must compute, not what it recomputes: 6 x (decoder matmul
+parameters) x (tokens processed: both copies of the SDAR / WeDLM doubled input), plus attention
+(12 x q width x the (query, key) pairs the mask allows, per layer), plus the output projection at the
+loss positions only (6 x hidden x vocab each).
+
+A variant is ``plain`` or atoms joined by ``+``: ``chunked`` (loss_impl), ``fused`` (optim
+adamw_torch_fused), ``bnb8`` (adamw_bnb_8bit), ``liger``, ``compile``, ``ckpt`` (full checkpointing),
+``ops`` (selective: ops), ``every2`` (checkpoint every 2nd layer), ``offload``. Arms with ``liger`` run
+last (liger patches the transformers module for the rest of the process).
+
+    python scripts/bench_train.py --sizes qwen3-1.7b --objectives ar sdar wedlm --cutoff 4096 --rows 4 \\
+        --variants plain chunked+fused chunked+fused+compile chunked+fused+liger+compile --out bench_train.json
+    python scripts/bench_train.py --device cpu --sizes tiny --cutoff 256 --rows 2 --steps 2   # CPU smoke
+"""
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+import textwm.models  # noqa: F401  (registers the sdar and wedlm model types)
+from textwm.diffusion.masks import packed_causal_mask_mod, sdar_mask_mod
+from textwm.models.tiny import SIZES, tiny_config
+from textwm.training import memory, speedups
+from textwm.training.config import SFTConfig
+from textwm.training.data import Sample, TrainingRow, TrainingRows
+from textwm.training.trainer import build_objective
+
+ATOMS = {
+    "chunked": {"loss_impl": "chunked"},
+    "fused": {"optim": "adamw_torch_fused"},
+    "bnb8": {"optim": "adamw_bnb_8bit"},
+    "liger": {"enable_liger_kernel": True},
+    "compile": {"torch_compile": True},
+    "ckpt": {"gradient_checkpointing": True},
+    "ops": {"gradient_checkpointing": True, "gradient_checkpointing_mode": "ops"},
+    "every2": {"gradient_checkpointing": True, "gradient_checkpointing_every": 2},
+    "offload": {"activation_offload": True},
+}
+BLOCK = {"ar": 4, "sdar": 4, "wedlm": 32}
+
+
+def variant_overrides(variant: str) -> dict:
+    if variant == "plain":
+        return {}
+    out: dict = {}
+    for atom in variant.split("+"):
+        if atom not in ATOMS:
+            raise SystemExit(f"--variants: unknown atom {atom!r} in {variant!r} (known: plain, {', '.join(ATOMS)})")
+        out.update(ATOMS[atom])
+    return out
+
+
+def synthetic_rows(rows: int, cutoff: int, vocab: int, seed: int) -> tuple[list[dict], list[list[int]]]:
+    """``rows`` packed rows of ``cutoff`` tokens (the trainer's row format) and each row's sample lengths.
+
+    Samples are 256-1,024 tokens (multiples of 32, so every block size divides them), 30% answer."""
+    rng = random.Random(seed)
+    built, lengths, index = [], [], 0
+    for _ in range(rows):
+        row, left = TrainingRow(), cutoff
+        while left >= 64:
+            n = min(left, rng.randrange(256, 1025, 32))
+            answer = max(n * 3 // 10 // 32 * 32, 32)
+            ids = [rng.randrange(2, vocab - 2) for _ in range(n)]
+            row.add(Sample(prompt_ids=ids[: n - answer], answer_ids=ids[n - answer:], index=index))
+            index, left = index + 1, left - n
+        built.append(row)
+        lengths.append([row.sample_ids.count(s) for s in range(len(row.sample_indices))])
+    dataset = TrainingRows(built, seed=seed)
+    return [dataset[i] for i in range(len(dataset))], lengths
+
+
+def attention_pairs(objective: str, lengths: list[list[int]], block: int) -> int:
+    """(query, key) pairs the objective's mask allows, summed over rows and samples (both copies)."""
+    total = 0
+    for n in (n for row in lengths for n in row):
+        causal = n * (n + 1) // 2
+        if objective == "ar":
+            total += causal
+        elif objective == "sdar":   # noisy block b: its own block + clean blocks < b; clean: blocks <= b
+            nb = n // block
+            total += block * block * (nb + nb * (nb - 1) // 2) + block * block * nb * (nb + 1) // 2
+        else:                       # clean stream causal; the prediction stream sees about as much
+            total += 2 * causal
+    return total
+
+
+def step_flops(model, objective: str, batch: dict, lengths: list[list[int]], block: int) -> float:
+    c = model.config
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    h, i, q, kv = c.hidden_size, c.intermediate_size, c.num_attention_heads * hd, c.num_key_value_heads * hd
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
+    copies = 1 if objective == "ar" else 2
+    tokens = batch["input_ids"].numel() * copies
+    answer = batch["labels"] != -100
+    if objective == "ar":
+        positions = int(answer.sum())
+    elif objective == "sdar":
+        positions = int(batch["noise_mask"].sum())
+    else:
+        positions = int(answer.sum()) + int(batch["noise_mask"].sum())
+    attention = 12 * q * attention_pairs(objective, lengths, block) * c.num_hidden_layers
+    return 6 * per_layer * c.num_hidden_layers * tokens + attention + 6 * h * c.vocab_size * positions
+
+
+def make_optimizer(name: str, params, lr: float = 1e-4):
+    if name == "adamw_bnb_8bit":
+        import bitsandbytes as bnb
+        return bnb.optim.AdamW8bit(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr, fused=name == "adamw_torch_fused" or None)
+
+
+def run_arm(args, size: str, objective: str, variant: str, vocab: int) -> dict:
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    attn = "flex_attention" if cuda else "sdpa"
+    block = BLOCK[objective]
+    config = SFTConfig(model_name_or_path="bench", train_file="bench", objective=objective, block_length=block,
+                       cutoff_len=args.cutoff, per_device_train_batch_size=args.rows, bf16=cuda, memory_check="off",
+                       **variant_overrides(variant))
+    row = {"size": size, "objective": objective, "variant": variant, "rows": args.rows, "cutoff": args.cutoff}
+    model = optimizer = None
+    try:
+        speedups.check_packages(config)
+        torch.manual_seed(0)
+        family_config = tiny_config(size, vocab_size=vocab, family=objective, block_size=block, mask_token_id=vocab - 1,
+                                    pad_token_id=0, eos_token_id=1)
+        with device:
+            model = AutoModelForCausalLM.from_config(family_config, attn_implementation=attn, dtype=torch.float32)
+        model.train()
+        obj = build_objective(config, model, attn, pad_token_id=0)
+        for line in speedups.apply_config(model, config):
+            print(f"  [{objective} {variant}] {line}", flush=True)
+        optimizer = make_optimizer(config.optim, model.parameters())
+        features, lengths = synthetic_rows(args.rows, args.cutoff, vocab, seed=1)
+        batch = {k: v.to(device) for k, v in obj.collate(features).items()}
+        answer = int((batch["labels"] != -100).sum())
+        shape = memory.ModelShape.of(model)
+        plan = memory.plan_for(config, row_tokens=batch["input_ids"].shape[1],
+                               answer_share=answer / batch["input_ids"].numel())
+        row["estimate_gib"] = round(memory.estimate(shape, plan).total / memory.GIB, 1)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        times, losses = [], []
+        for _ in range(args.warmup + args.steps):
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                loss = obj.loss(model, batch, torch.tensor(answer, device=device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss))   # synchronises
+            times.append(time.perf_counter() - start)
+        step = statistics.median(times[args.warmup:])
+        flops = step_flops(model, objective, batch, lengths, block)
+        real = int((batch["sample_ids"] >= 0).sum())
+        row.update(step_s=round(step, 4), tokens_per_s=round(real / step, 1), tflops=round(flops / step / 1e12, 1),
+                   mfu=round(flops / step / (args.peak_tflops * 1e12), 4), first_loss=round(losses[0], 4),
+                   params_b=round(shape.params / 1e9, 3), first_step_s=round(times[0], 2))
+        if cuda:
+            row["peak_gib"] = round(torch.cuda.max_memory_allocated() / memory.GIB, 1)
+    except torch.OutOfMemoryError:
+        row["error"] = "OOM"
+    except Exception as exc:  # noqa: BLE001  (a broken arm is reported and the others still run)
+        traceback.print_exc()
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        del model, optimizer
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        torch._dynamo.reset()
+    return row
+
+
+def mask_build_ms(device: torch.device, rows: int, cutoff: int, compiled: bool) -> dict[str, float | str]:
+    """Milliseconds to build the AR and SDAR block masks of one batch (eager vs compiled ``create_block_mask``)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from textwm.training.data import pad_batch
+
+    features, _ = synthetic_rows(rows, cutoff, 1000, seed=1)
+    batch = pad_batch(features, pad_token_id=0, multiple_of=128)
+    sid, pos = batch["sample_ids"].to(device), batch["position_ids"].to(device)
+    cutoff = sid.shape[1]
+    sid2, pos2 = torch.cat([sid, sid], 1), torch.cat([pos, pos], 1)
+    out = {}
+    for name, mod, length in (("ar", packed_causal_mask_mod(sid), cutoff),
+                              ("sdar", sdar_mask_mod(pos2, sid2, 4, cutoff), 2 * cutoff)):
+        try:
+            for _attempt in range(3):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                create_block_mask(mod, B=rows, H=None, Q_LEN=length, KV_LEN=length, device=device, _compile=compiled)
+                torch.cuda.synchronize()
+                out[name] = round((time.perf_counter() - start) * 1e3, 1)   # the last (warm) attempt
+        except Exception as exc:  # noqa: BLE001  (torch 2.11's compiled builder fails on our mask_mods: shown)
+            out[name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120]}"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", nargs="+", default=["qwen3-0.6b", "qwen3-1.7b"], choices=sorted(SIZES))
+    p.add_argument("--objectives", nargs="+", default=["ar", "sdar", "wedlm"], choices=["ar", "sdar", "wedlm"])
+    p.add_argument("--variants", nargs="+", default=["plain", "chunked+fused", "chunked+fused+compile",
+                                                     "chunked+fused+liger+compile"])
+    p.add_argument("--cutoff", type=int, default=4096, help="tokens per packed row")
+    p.add_argument("--rows", type=int, default=4, help="packed rows per step")
+    p.add_argument("--vocab", type=int, default=151936, help="embedding rows (Qwen3's vocabulary)")
+    p.add_argument("--steps", type=int, default=6, help="timed steps (the median is reported)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile, autotuning)")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="MFU denominator (H200 dense bf16 datasheet)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--masks", action="store_true", help="also time building the flex block masks")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: use --device cpu for a smoke run")
+    for v in args.variants:
+        variant_overrides(v)
+    arms = [(s, o, v) for s in args.sizes for o in args.objectives for v in args.variants]
+    arms.sort(key=lambda arm: "liger" in arm[2])   # stable: liger's module patches must come last
+    results = []
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    table = args.out.with_suffix(".txt").open("w") if args.out else None
+
+    def show(line: str) -> None:
+        print(line, flush=True)
+        if table:
+            table.write(line + "\n")
+            table.flush()
+
+    show("size        objective variant                          tok/s    step s  TFLOP/s  MFU    peak GiB  est GiB  "
+          "loss0")
+    for size, objective, variant in arms:
+        r = run_arm(args, size, objective, variant, args.vocab)
+        results.append(r)
+        if "error" in r:
+            show(f"{size:11s} {objective:9s} {variant:32s} {r['error']}")
+            continue
+        show(f"{size:11s} {objective:9s} {variant:32s} {r['tokens_per_s']:8.0f} {r['step_s']:8.3f} {r['tflops']:8.1f} "
+              f"{r['mfu']:6.1%} {r.get('peak_gib', float('nan')):8.1f} {r['estimate_gib']:8.1f}  {r['first_loss']:.4f}")
+        write(args.out, args, results)
+    if args.masks and args.device == "cuda":
+        masks = {f"compiled={c}": mask_build_ms(torch.device("cuda"), args.rows, args.cutoff, c) for c in (False, True)}
+        show(f"block mask build ms: {masks}")
+        write(args.out, args, results, mask_build_ms=masks)
+    return 0
+
+
+def write(out: Path | None, args, results: list[dict], **extra) -> None:
+    """The JSON report so far (rewritten after every arm: a run cut short keeps what it measured)."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        report = {"args": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__, "arms": results}
+        out.write_text(json.dumps(report | extra, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
