@@ -31,7 +31,7 @@ def test_bad_switch_values_are_refused_by_name(keys, message):
 
 def test_defaults_change_nothing(tiny_sdar_dir):
     lm = load_model(tiny_sdar_dir, dtype="float32")
-    assert speedups.apply_config(lm.model, _config()) == ["activations: all kept on the GPU"]
+    assert speedups.apply_config(lm.model, _config()) == ["activations: all kept (no checkpointing, no offload)"]
     assert not any(getattr(layer, "gradient_checkpointing", False) for layer in speedups.decoder_layers(lm.model))
 
 

@@ -91,7 +91,7 @@ def apply_layer_memory_options(model: Any, *, checkpointing: bool, mode: str = "
     if every < 1:
         raise SpeedupError(f"gradient_checkpointing_every must be >= 1, got {every}")
     if not checkpointing and not offload:
-        return "activations: all kept on the GPU"
+        return "activations: all kept (no checkpointing, no offload)"
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = decoder_layers(model)

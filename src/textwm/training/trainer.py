@@ -8,11 +8,12 @@ config saved with every checkpoint. Run it with ``sdar/train_sft.sh`` (torchrun)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from textwm.data.jsonl import DataError, read_jsonl
 from textwm.data.schema import validate_target_row
+from textwm.diffusion.sdar import IGNORE_INDEX
 from textwm.models.checkpoint import (
     CheckpointError,
     ModelSpec,
@@ -149,9 +151,18 @@ class WorldModelTrainer(Trainer):
         # count (num_items_in_batch) and must not divide by the accumulation steps again.
         self.model_accepts_loss_kwargs = True
         self.tokens_seen = 0
+        self.answer_tokens_seen = 0
+        # What the run trained on, in order: the answer tokens of every micro-batch (block padding left out),
+        # so two runs with other objectives on the same rows can show they saw the same data in the same order.
+        self.data_digest = hashlib.sha256()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        self.tokens_seen += real_tokens(inputs)
+        if model.training:
+            self.tokens_seen += real_tokens(inputs)
+            labels = inputs["labels"]
+            answer = labels[(labels != IGNORE_INDEX) & (labels != self.objective.pad_token_id)]
+            self.answer_tokens_seen += answer.numel()
+            self.data_digest.update(answer.cpu().numpy().astype("int64").tobytes())
         loss = self.objective.loss(model, inputs, num_items_in_batch)
         if (self.args.average_tokens_across_devices and num_items_in_batch is not None
                 and self.accelerator.num_processes > 1):
@@ -214,6 +225,13 @@ class TrainResult:
     global_step: int
     train_loss: float
     metrics: dict[str, Any]
+    #: This rank's training tokens (block padding included) and answer tokens (without it).
+    tokens_seen: int = 0
+    answer_tokens_seen: int = 0
+    #: sha256 of the answer tokens in training order (equal for two runs that saw the same data in the same order).
+    data_digest: str = ""
+    #: The HF Trainer's log history (loss per logging step, eval loss, ...).
+    log_history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def training_arguments(config: SFTConfig) -> TrainingArguments:
@@ -324,4 +342,6 @@ def train(config: SFTConfig) -> TrainResult:
         save_config(config, final / CONFIG_FILE)
     log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, final)
     return TrainResult(output_dir=final, global_step=result.global_step, train_loss=result.training_loss,
-                       metrics=dict(result.metrics))
+                       metrics=dict(result.metrics), tokens_seen=trainer.tokens_seen,
+                       answer_tokens_seen=trainer.answer_tokens_seen, data_digest=trainer.data_digest.hexdigest(),
+                       log_history=list(trainer.state.log_history))
