@@ -1,0 +1,48 @@
+"""AR vs SDAR vs WeDLM world models at equal size, rows and steps (textwm.experiments.wm_comparison).
+
+    python scripts/wm_comparison.py --smoke --out runs/wm_comparison_smoke           # CPU, a few minutes
+    python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison   # one GPU
+"""
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+from textwm.experiments.wm_comparison import FAMILIES, REGIMES, Comparison, ComparisonConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = ComparisonConfig()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=defaults.out, help="run folder (default: %(default)s); a re-run resumes it")
+    p.add_argument("--smoke", action="store_true", help="tiny models, the env's smallest demo data (CPU, CI)")
+    p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
+    p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
+    p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
+    p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
+    p.add_argument("--regimes", nargs="+", choices=REGIMES, help="default: both")
+    for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),
+                       ("batch_size", int), ("learning_rate", float), ("cutoff_len", int), ("save_steps", int),
+                       ("eval_rows", int), ("gen_length", int), ("samples", int), ("temperature", float),
+                       ("denoising_steps", int), ("per_batch", int), ("seed", int)):
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: {getattr(defaults, name)}")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ComparisonConfig)
+                 if f.name != "smoke" and getattr(args, f.name, None) is not None}
+    for name in ("families", "regimes"):
+        if name in overrides:
+            overrides[name] = tuple(overrides[name])
+    try:
+        config = ComparisonConfig.create(smoke=args.smoke, **overrides)
+        Comparison(config, fresh=args.fresh).run()
+    except (ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""``report.md`` and its charts for :mod:`textwm.experiments.wm_comparison`, from the run's recorded state
+alone (nothing hand-copied): the settings, the data checks, one metric table per regime, which arm leads
+each metric, learning curves and a metric chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textwm.data.jsonl import atomic_write
+
+#: Arms whose greedy outputs are mostly empty are left out of the diversity leads (empty is not diverse).
+EMPTY_LIMIT = 0.5
+DIVERSITY = ("Self-BLEU", "Distinct")
+#: (label, where in an eval record, higher is better?)
+METRICS = (
+    ("empty outputs", ("empty_share",), False),
+    ("exact match", ("scores", "exact_match"), True),
+    ("ROUGE-L", ("scores", "rouge_l_f1"), True),
+    ("BLEU-1", ("scores", "bleu_1"), True),
+    ("MAUVE", ("scores", "mauve"), True),
+    ("Self-BLEU (greedy, corpus)", ("scores", "self_bleu"), False),
+    ("Distinct-2 (greedy)", ("scores", "distinct_2"), True),
+    ("Self-BLEU within prompt (sampled)", ("diversity", "self_bleu_within_prompt"), False),
+    ("Distinct-1 (sampled)", ("diversity", "distinct_1_samples"), True),
+    ("Distinct-2 (sampled)", ("diversity", "distinct_2_samples"), True),
+    ("decode tok/s", ("decode_tokens_per_second",), True),
+)
+
+
+def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        record = record.get(key) if isinstance(record, dict) else None
+    return record
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4f}" if isinstance(value, float) and abs(value) < 10 else f"{value:,.0f}" if isinstance(
+        value, (int, float)) else str(value)
+
+
+def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
+    """The markdown table of one regime's scored arms and a 'who leads' line per metric."""
+    done = comparison.state["done"]
+    arms = [a for a in comparison.arms if a.regime == regime and a.scored]
+    head = [a for a in comparison.arms if a.regime == regime and not a.scored]
+    columns = ["arm", "steps", "answer tokens", "train loss", "train s"] + [m[0] for m in METRICS]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for arm in arms:
+        train, ev = done[f"train/{arm.name}"], done[f"eval/{arm.name}"]
+        extra = sum(done[f"train/{h.name}"]["steps"] for h in head)
+        tokens = train["answer_tokens_seen"] + sum(done[f"train/{h.name}"]["answer_tokens_seen"] for h in head)
+        seconds = train["seconds"] + sum(done[f"train/{h.name}"]["seconds"] for h in head)
+        row = [arm.name, f"{train['steps'] + extra}", f"{tokens:,}", _fmt(train["train_loss"]), f"{seconds:.0f}"]
+        row += [_fmt(_get(ev, path)) for _, path, _ in METRICS]
+        lines.append("| " + " | ".join(row) + " |")
+    leads = []
+    mostly_empty = {a.name for a in arms if (_get(done[f"eval/{a.name}"], ("empty_share",)) or 0) > EMPTY_LIMIT}
+    for label, path, higher in METRICS:
+        values = {a.name: _get(done[f"eval/{a.name}"], path) for a in arms}
+        left_out = sorted(mostly_empty & set(values)) if label.startswith(DIVERSITY) else []
+        values = {k: v for k, v in values.items() if v is not None and k not in left_out}
+        note = f"; left out, mostly empty outputs: {', '.join(left_out)}" if left_out else ""
+        if len(set(values.values())) == 1 and len(values) > 1:
+            leads.append(f"- {label}: tie at {_fmt(next(iter(values.values())))}{note}")
+        elif len(values) > 1:
+            best = (max if higher else min)(values, key=values.get)
+            leads.append(f"- {label}: **{best}** ({_fmt(values[best])}; "
+                         + ", ".join(f"{k} {_fmt(v)}" for k, v in values.items() if k != best) + f"){note}")
+    return "\n".join(lines), leads
+
+
+def learning_curves(comparison: Any, path: Path) -> Path | None:
+    """Training loss against step for every arm (a convert arm drawn after its head start)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = comparison.state["done"]
+    regimes = sorted({a.regime for a in comparison.arms}, key=["scratch", "convert"].index)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(6 * len(regimes), 4), squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        offset = 0
+        for arm in (a for a in comparison.arms if a.regime == regime):
+            curve = done[f"train/{arm.name}"]["loss_curve"]
+            if arm.start != "init":
+                offset = done[f"train/{arm.start}"]["steps"]
+            ax.plot([s + (offset if arm.start != "init" else 0) for s, _ in curve], [x for _, x in curve],
+                    label=arm.name, linestyle="--" if not arm.scored else "-")
+        ax.set_title(f"{regime}: training loss")
+        ax.set_xlabel("step")
+        ax.set_yscale("log")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(comparison: Any) -> Path:
+    from textwm.metrics import report
+
+    c, done = comparison.config, comparison.state["done"]
+    out = comparison.path("report.md")
+    init = done["init"]
+    parts = [
+        "# AR vs SDAR vs WeDLM world models at equal size, rows and steps\n",
+        f"Data: {done['data']['source']} ({done['data']['train_rows']:,} training transitions; "
+        f"{done['data']['eval_rows']} held-out transitions scored). Every arm: {init['parameters']:,} parameters "
+        f"(`{c.size}` shape, one tokenizer of {init['vocabulary']:,} tokens), {c.steps} steps of {c.batch_size} rows "
+        f"(cutoff {c.cutoff_len}), learning rate {c.learning_rate:g} with a cosine schedule, seed {c.seed}. "
+        f"Decoding: greedy for the overlap metrics and MAUVE; {c.samples} samples per prompt at temperature "
+        f"{c.temperature:g} for the within-prompt diversity; at most {c.gen_length} new tokens, SDAR blocks of 4 "
+        f"at {c.denoising_steps} denoising step(s) per block.\n",
+        "Same data, checked (the trainer's digest of the answer tokens in training order):\n",
+        *[f"- {line}" for line in comparison.state.get("data_checks", [])], "",
+    ]
+    summaries = {}
+    for regime in (r for r in ("scratch", "convert") if r in c.regimes):
+        table, leads = regime_table(comparison, regime)
+        title = ("from scratch (same random init shape)" if regime == "scratch" else
+                 f"the SDAR / WeDLM recipe: AR for {c.head_steps} steps, then each family for the rest")
+        parts += [f"## {regime}: {title}\n", table, "", "Leads at this budget:\n", *leads, ""]
+        summaries.update({a.name: done[f"eval/{a.name}"]["scores"] for a in comparison.arms
+                          if a.regime == regime and a.scored})
+    curves = learning_curves(comparison, comparison.path("learning_curves.png"))
+    charts = report.write_report({k: v for k, v in summaries.items()}, comparison.out, stem="metrics",
+                                 title="Held-out transitions, greedy", first_column="arm")
+    if curves:
+        parts.append("![learning curves](learning_curves.png)\n")
+    if "chart" in charts:
+        parts.append(f"![metrics]({charts['chart'].name})\n")
+    parts += [
+        "## What this says and what would change it\n",
+        "These are small models trained from random weights on one environment's rows for a short budget. "
+        "The paper's SDAR and WeDLM checkpoints were continued from Qwen3 models pretrained on trillions of "
+        "tokens, at 8B-30B parameters; its claim is about that scale. A lead here says which objective learns "
+        "these rows faster at this size and budget; it does not confirm or refute the paper. More steps, the "
+        "full datasets, larger shapes and pretrained starts are what would change it.\n",
+        "Not in this report yet: Stage 2 (GRPO inside each world model, success in the real env before and "
+        "after) and the Real / WM / W2R / CR fidelity of a fixed agent.\n",
+    ]
+    with atomic_write(out) as f:
+        f.write("\n".join(parts))
+    return out

@@ -1,0 +1,358 @@
+"""AR vs SDAR vs WeDLM world models at equal size, rows and steps, in two regimes (issue 17, Stage 1).
+
+The question is the paper's: does a masked-diffusion world model beat an AR one of the same size on
+held-out transitions? With no pretrained weights reachable here, every arm starts from the same random
+initialisation shape and one tokenizer (trained on the rows, with the mask token, so every arm has the
+same parameter count) and trains on the same rows in the same order for the same number of steps:
+
+- ``scratch``: each family from its random init for ``steps``;
+- ``convert``: the SDAR / WeDLM recipe. An AR model trains for ``head_start`` x ``steps`` (the arm
+  ``convert/ar_head``), then the trainer converts it to each family (the project's AR -> SDAR / WeDLM
+  conversion, announced in its log) and trains the rest of the steps; the AR arm continues AR training
+  from the same checkpoint for the same steps. Every arm of a regime gets a fresh cosine schedule.
+
+Each arm is then scored on held-out transitions: greedy decoding for exact match, ROUGE-L, BLEU-1,
+MAUVE and the corpus Self-BLEU / Distinct-n of the scorer; ``samples`` decodings per prompt at
+``temperature`` for the within-prompt diversity (Self-BLEU among a prompt's samples, mean over prompts;
+Distinct-1/2 over all samples); decode tokens/s. The data each arm trained on is checked, not assumed:
+the trainer's digest of the answer tokens in training order (``TrainResult.data_digest``) must be equal
+within a regime, or the run stops naming the arms.
+
+Every stage is resumable: finished arms are recorded in ``<out>/state.json``, an arm cut short resumes
+from its last checkpoint, and a changed setting is refused (``--fresh`` starts over). Stage 2 (GRPO
+inside each world model) is not part of this module yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+
+log = logging.getLogger(__name__)
+
+FAMILIES = ("ar", "sdar", "wedlm")
+REGIMES = ("scratch", "convert")
+#: SDAR's block length, WeDLM's masking block (the demo's and the paper's settings for these sizes).
+BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
+#: Settings that do not change what a run produces (a resume may use other values).
+NON_RESULT_SETTINGS = ("out",)
+
+
+@dataclass(frozen=True)
+class ComparisonConfig:
+    out: str = "runs/wm_comparison"
+    #: The env whose WM rows are used (its demo dataset when ``data_dir`` is empty).
+    env: str = "sciworld"
+    #: A folder with ``wm_train.jsonl`` and ``wm_test.jsonl`` (e.g. ``sciworld/build_wm_dataset.py --out-dir``).
+    data_dir: str = ""
+    smoke: bool = False
+    families: tuple[str, ...] = FAMILIES
+    regimes: tuple[str, ...] = REGIMES
+    size: str = "qwen3-0.6b"
+    vocab_size: int = 4096
+    steps: int = 2000
+    head_start: float = 0.5
+    batch_size: int = 16
+    learning_rate: float = 3e-4
+    cutoff_len: int = 2048
+    save_steps: int = 500
+    eval_rows: int = 500
+    gen_length: int = 128
+    samples: int = 4
+    temperature: float = 1.0
+    denoising_steps: int = 1
+    per_batch: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
+        if bad or not self.families or not self.regimes:
+            raise ValueError(f"families come from {', '.join(FAMILIES)} and regimes from {', '.join(REGIMES)}; "
+                             f"got families {' '.join(self.families) or '(none)'}, regimes "
+                             f"{' '.join(self.regimes) or '(none)'}")
+        if "convert" in self.regimes and not 0 < self.head_start < 1:
+            raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
+                             f"got {self.head_start}")
+        for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (the sampled decodings measure diversity), got {self.temperature}")
+
+    @classmethod
+    def create(cls, *, smoke: bool = False, **overrides: Any) -> ComparisonConfig:
+        """The defaults (one H200), or with ``smoke`` a CPU setting of a few minutes; then ``overrides``."""
+        settings: dict[str, Any] = {}
+        if smoke:
+            settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
+                            save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16)
+        return cls(**{**settings, **overrides})
+
+    @property
+    def head_steps(self) -> int:
+        return max(1, round(self.steps * self.head_start))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trained world model: ``family`` trained ``steps`` from ``start`` ("init" or another arm's name)."""
+
+    name: str
+    regime: str
+    family: str
+    start: str
+    steps: int
+
+    @property
+    def folder(self) -> str:
+        return self.name.replace("/", "_")
+
+    @property
+    def scored(self) -> bool:
+        return not self.name.endswith("_head")
+
+
+def plan_arms(config: ComparisonConfig) -> list[Arm]:
+    """The arms in training order (a ``convert`` head start before the arms that continue from it)."""
+    arms = []
+    if "scratch" in config.regimes:
+        arms += [Arm(f"scratch/{f}", "scratch", f, "init", config.steps) for f in config.families]
+    if "convert" in config.regimes:
+        head = Arm("convert/ar_head", "convert", "ar", "init", config.head_steps)
+        rest = config.steps - head.steps
+        if rest < 1:
+            raise ValueError(f"steps {config.steps} x head_start {config.head_start} leaves no steps after the head start")
+        arms += [head] + [Arm(f"convert/{f}", "convert", f, head.name, rest) for f in config.families]
+    return arms
+
+
+def sampled_diversity(prediction_files: list[Path]) -> dict[str, Any]:
+    """Within-prompt diversity of several sampled decodings of the same prompts (one file per sample).
+
+    Self-BLEU among each prompt's samples (leave-one-out, the scorer's definition), mean over prompts;
+    Distinct-1/2 over every sample of every prompt (the normalised texts the scorer scores)."""
+    from textwm.data.text import normalize
+    from textwm.metrics.diversity import distinct_n, self_bleu
+    from textwm.metrics.scorer import ERROR_PREFIX, read_predictions
+
+    by_prompt: dict[str, list[str]] = {}
+    errors = 0
+    for path in prediction_files:
+        rows, _ = read_predictions(path)
+        for row in rows:
+            if row.prediction.startswith(ERROR_PREFIX) or row.is_overlong:
+                errors += 1
+                continue
+            by_prompt.setdefault(json.dumps(row.index), []).append(normalize(row.prediction))
+    scores = [s for preds in by_prompt.values() if len(preds) > 1 for s in [self_bleu(preds)[0]] if s is not None]
+    everything = [p for preds in by_prompt.values() for p in preds]
+    return {"samples_per_prompt": len(prediction_files), "prompts": len(by_prompt), "dropped_samples": errors,
+            "self_bleu_within_prompt": round(sum(scores) / len(scores), 4) if scores else None,
+            "distinct_1_samples": distinct_n(everything, 1), "distinct_2_samples": distinct_n(everything, 2)}
+
+
+def empty_share(prediction_file: Path) -> float:
+    """Share of a decoding's predictions that are empty once normalised (an untrained diffusion model often
+    stops at once: its 'diversity' is then no diversity, and the report says so)."""
+    from textwm.data.text import normalize
+    from textwm.metrics.scorer import read_predictions
+
+    rows, _ = read_predictions(prediction_file)
+    return round(sum(not normalize(r.prediction).strip() for r in rows) / max(len(rows), 1), 4)
+
+
+def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list[str]:
+    """Arms of a regime that start from the same point saw the same answer tokens in the same order.
+
+    Returns one line per group checked; raises ``RuntimeError`` naming the arms that differ."""
+    lines = []
+    groups: dict[tuple[str, str], list[Arm]] = {}
+    for arm in arms:
+        groups.setdefault((arm.regime, arm.start), []).append(arm)
+    for (regime, start), members in groups.items():
+        seen = {a.name: (records[a.name]["data_digest"], records[a.name]["answer_tokens_seen"]) for a in members}
+        if len(set(seen.values())) > 1:
+            detail = "; ".join(f"{name}: {tokens} answer tokens, digest {digest[:12]}"
+                               for name, (digest, tokens) in seen.items())
+            raise RuntimeError(f"{regime} arms from {start} did not train on the same data in the same order ({detail})")
+        (digest, tokens), = set(seen.values())
+        lines.append(f"{regime} from {start}: {', '.join(seen)} saw the same {tokens} answer tokens in the same "
+                     f"order (digest {digest[:12]})")
+    return lines
+
+
+class Comparison:
+    """Runs the stages of :class:`ComparisonConfig` under ``config.out``; each finished step is recorded."""
+
+    def __init__(self, config: ComparisonConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
+        self.config, self.echo = config, echo
+        self.out = Path(config.out)
+        if fresh and self.out.exists():
+            shutil.rmtree(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.state_file = self.out / "state.json"
+        self.settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
+                                               if k not in NON_RESULT_SETTINGS}))
+        self.state: dict[str, Any] = {"config": self.settings, "done": {}}
+        if self.state_file.exists():
+            saved = json.loads(self.state_file.read_text())
+            changed = [f"{k}: {saved['config'].get(k)!r} -> {v!r}" for k, v in self.settings.items()
+                       if saved["config"].get(k) != v]
+            if changed:
+                raise ValueError(f"{self.out} holds a comparison with other settings ({', '.join(changed)}); "
+                                 "use --fresh or another --out")
+            self.state = saved
+        self.arms = plan_arms(config)
+
+    def path(self, *parts: str) -> Path:
+        return self.out.joinpath(*parts)
+
+    def _step(self, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if key in self.state["done"]:
+            self.echo(f"{key}: done earlier, skipped")
+            return self.state["done"][key]
+        self.echo(f"{key} ...")
+        started = time.perf_counter()
+        record = work()
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        self.state["done"][key] = record
+        write_json(self.state_file, self.state)
+        self.echo(f"{key}: {record['seconds']:.0f} s")
+        return record
+
+    def run(self) -> Path:
+        self._step("data", self.stage_data)
+        self._step("init", self.stage_init)
+        for arm in self.arms:
+            self._step(f"train/{arm.name}", lambda arm=arm: self.train_arm(arm))
+        trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
+        self.state["data_checks"] = check_same_data(trained, self.arms)
+        for arm in (a for a in self.arms if a.scored):
+            self._step(f"eval/{arm.name}", lambda arm=arm: self.eval_arm(arm))
+        from textwm.experiments.comparison_report import write_report
+
+        report = write_report(self)
+        self.echo(f"comparison finished: {report}")
+        return report
+
+    # --- data and the shared initialisation -----------------------------------------------------------
+
+    def stage_data(self) -> dict[str, Any]:
+        c = self.config
+        data = self.path("data")
+        data.mkdir(exist_ok=True)
+        if c.data_dir:
+            source = Path(c.data_dir)
+            for name in ("wm_train.jsonl", "wm_test.jsonl"):
+                if not (source / name).is_file():
+                    raise ValueError(f"--data-dir {source} has no {name} (build it with sciworld/build_wm_dataset.py "
+                                     "--out-dir DIR, or leave --data-dir out for the env's demo dataset)")
+            shutil.copyfile(source / "wm_train.jsonl", data / "wm_train.jsonl")
+            test = read_jsonl(source / "wm_test.jsonl").rows
+        else:
+            from textwm.demo import DemoConfig
+            from textwm.envs.build import build
+            from textwm.envs.registry import get_env
+
+            demo = DemoConfig.create(smoke=c.smoke, env=c.env, out=str(self.path("demo_settings")), seed=c.seed)
+            build(c.env, get_env(c.env).dataset_builder().demo_config(data, demo))
+            test = read_jsonl(data / "wm_test.jsonl").rows
+        rows = random.Random(c.seed).sample(test, min(c.eval_rows, len(test)))   # a fixed sample of held-out rows
+        write_jsonl(data / "eval_test.jsonl", rows)
+        train_rows = len(read_jsonl(data / "wm_train.jsonl").rows)
+        return {"train_rows": train_rows, "eval_rows": len(rows), "source": c.data_dir or f"{c.env} demo dataset"}
+
+    def stage_init(self) -> dict[str, Any]:
+        """One tokenizer (with the mask token, for every family: equal vocabularies and parameter counts) and
+        one random initialisation per family from the same seed."""
+        from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
+
+        c = self.config
+        rows = read_jsonl(self.path("data", "wm_train.jsonl")).rows
+        tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=True)
+        params = {}
+        for family in c.families:
+            model = build_tiny_model(tokenizer, family=family, size=c.size, block_size=BLOCKS[family], seed=c.seed)
+            save_checkpoint(model, tokenizer, self.path("init", family))
+            params[family] = sum(p.numel() for p in model.parameters())
+        if len(set(params.values())) != 1:
+            raise RuntimeError(f"the families' initialisations differ in size: {params}")
+        return {"parameters": params[c.families[0]], "vocabulary": len(tokenizer)}
+
+    # --- training --------------------------------------------------------------------------------------
+
+    def start_path(self, arm: Arm) -> Path:
+        if arm.start == "init":
+            return self.path("init", arm.family)
+        return self.path("arms", arm.start.replace("/", "_"), "final")
+
+    def train_arm(self, arm: Arm) -> dict[str, Any]:
+        import torch
+
+        from textwm.training.config import SFTConfig
+        from textwm.training.trainer import train
+
+        c = self.config
+        cuda = torch.cuda.is_available()
+        # The GPU's fast path (issue 16): the same losses, about twice the tokens/s.
+        fast = dict(bf16=True, loss_impl="chunked", optim="adamw_torch_fused", torch_compile=True) if cuda else {}
+        result = train(SFTConfig(
+            model_name_or_path=str(self.start_path(arm)), objective=arm.family,
+            train_file=str(self.path("data", "wm_train.jsonl")), output_dir=str(self.path("arms", arm.folder)),
+            final_dir="final", cutoff_len=c.cutoff_len, truncate_mode="cut", neat_packing=False,
+            learning_rate=c.learning_rate, per_device_train_batch_size=c.batch_size, max_steps=arm.steps,
+            lr_scheduler_type="cosine", warmup_ratio=0.05, logging_steps=max(1, arm.steps // 20),
+            save_steps=c.save_steps, save_total_limit=1,
+            # An arm cut short continues from its last checkpoint.
+            resume_from_checkpoint=True if any(self.path("arms", arm.folder).glob("checkpoint-*")) else None,
+            block_length=BLOCKS[arm.family], seed=c.seed, **fast))
+        curve = [(h["step"], h["loss"]) for h in result.log_history if "loss" in h and "step" in h]
+        return {"steps": result.global_step, "train_loss": round(result.train_loss, 4),
+                "tokens_seen": result.tokens_seen, "answer_tokens_seen": result.answer_tokens_seen,
+                "data_digest": result.data_digest, "loss_curve": curve,
+                "train_samples_per_second": result.metrics.get("train_samples_per_second")}
+
+    # --- evaluation ------------------------------------------------------------------------------------
+
+    def _generate(self, arm: Arm, out: Path, *, temperature: float, seed: int | None) -> dict[str, Any]:
+        import torch
+
+        from textwm.generation.runner import EvalGenerateConfig
+        from textwm.generation.runner import run as generate
+        from textwm.generation.settings import DecodeSettings
+
+        c = self.config
+        shutil.rmtree(out, ignore_errors=True)      # a decoding cut short is redone whole
+        generate(EvalGenerateConfig(
+            model_path=str(self.path("arms", arm.folder, "final")), data_dir=str(self.path("data")),
+            datasets=["test"], output_dir=str(out), num_gpus=1 if torch.cuda.is_available() else 0,
+            per_batch=c.per_batch, decode=DecodeSettings(gen_length=c.gen_length, block_length=BLOCKS["sdar"],
+                                                         denoising_steps=c.denoising_steps, temperature=temperature,
+                                                         seed=seed)))
+        return json.loads((out / "eval_generate_config.json").read_text())
+
+    def eval_arm(self, arm: Arm) -> dict[str, Any]:
+        from textwm.metrics.scorer import ScoreOptions, score_file
+
+        c = self.config
+        folder = self.path("eval", arm.folder)
+        greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
+        scores = score_file("test", folder / "greedy" / "test_outputs.jsonl", folder / "greedy",
+                            ScoreOptions(mauve_max_samples=c.eval_rows))
+        sampled = [folder / f"sample_{k}" for k in range(c.samples)]
+        for k, out in enumerate(sampled):
+            self._generate(arm, out, temperature=c.temperature, seed=c.seed + k)
+        diversity = sampled_diversity([out / "test_outputs.jsonl" for out in sampled])
+        return {"scores": scores, "diversity": diversity, "decode_tokens_per_second": greedy["tokens_per_second"],
+                "decode_seconds": greedy["seconds"],
+                "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}

@@ -1,0 +1,109 @@
+"""scripts/wm_comparison.py: the arm plan, the same-data check, the diversity of sampled decodings, and
+(slow tier) the whole comparison on the CPU with --smoke, resumed."""
+
+import itertools
+import json
+
+import pytest
+
+from tests.conftest import TINY_CORPUS, chat, run_script, write_lines
+from textwm.experiments.wm_comparison import (
+    Arm,
+    ComparisonConfig,
+    check_same_data,
+    empty_share,
+    plan_arms,
+    sampled_diversity,
+)
+
+
+def test_the_plan_gives_every_arm_of_a_regime_the_same_steps():
+    arms = plan_arms(ComparisonConfig(steps=100, head_start=0.3))
+    assert [a.name for a in arms] == ["scratch/ar", "scratch/sdar", "scratch/wedlm", "convert/ar_head",
+                                      "convert/ar", "convert/sdar", "convert/wedlm"]
+    assert all(a.steps == 100 for a in arms[:3])
+    head = arms[3]
+    assert (head.family, head.steps, head.scored) == ("ar", 30, False)
+    assert all(a.start == "convert/ar_head" and a.steps == 70 and a.scored for a in arms[4:])
+    assert [a.name for a in plan_arms(ComparisonConfig(regimes=("scratch",), families=("ar", "sdar")))] == [
+        "scratch/ar", "scratch/sdar"]
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"families": ("ar", "mdlm")}, "families come from ar, sdar, wedlm"),
+    ({"regimes": ()}, "regimes \\(none\\)"),
+    ({"head_start": 1.0}, "head_start must be in \\(0, 1\\)"),
+    ({"samples": 0}, "samples must be >= 1, got 0"),
+    ({"temperature": 0.0}, "temperature must be > 0"),
+])
+def test_bad_settings_are_refused_by_name(keys, message):
+    with pytest.raises(ValueError, match=message):
+        ComparisonConfig(**keys)
+
+
+def test_arms_that_saw_other_data_stop_the_run_naming_them():
+    arms = [Arm("scratch/ar", "scratch", "ar", "init", 10), Arm("scratch/sdar", "scratch", "sdar", "init", 10)]
+    same = {"scratch/ar": {"data_digest": "ab" * 32, "answer_tokens_seen": 90},
+            "scratch/sdar": {"data_digest": "ab" * 32, "answer_tokens_seen": 90}}
+    assert check_same_data(same, arms) == [
+        "scratch from init: scratch/ar, scratch/sdar saw the same 90 answer tokens in the same order "
+        "(digest abababababab)"]
+    other = {**same, "scratch/sdar": {"data_digest": "cd" * 32, "answer_tokens_seen": 88}}
+    with pytest.raises(RuntimeError, match="scratch arms from init did not train on the same data.*"
+                                           "scratch/sdar: 88 answer tokens, digest cdcdcdcdcdcd"):
+        check_same_data(other, arms)
+
+
+def test_within_prompt_diversity_of_sampled_decodings(tmp_path):
+    def sample(path, texts):
+        return write_lines(path, [{"index": i, "prediction_raw": t, "reference": "r"} for i, t in enumerate(texts)])
+
+    files = [sample(tmp_path / "a.jsonl", ["the door is open", "you see fridges", "ERROR: boom"]),
+             sample(tmp_path / "b.jsonl", ["the door is open", "stove lies there", "nothing happens"])]
+    got = sampled_diversity(files)
+    assert (got["samples_per_prompt"], got["prompts"], got["dropped_samples"]) == (2, 3, 1)
+    # prompt 0: two equal samples (Self-BLEU 1); prompt 1: no shared word (0); prompt 2: one sample, not counted
+    assert got["self_bleu_within_prompt"] == pytest.approx(0.5, abs=1e-6)
+    assert 0 < got["distinct_2_samples"] <= 1
+    assert empty_share(sample(tmp_path / "c.jsonl", ["", "  ", "x", "y"])) == 0.5
+
+
+def test_the_trainer_digest_is_the_same_for_ar_and_sdar_on_the_same_rows(tmp_path, tiny_sdar_dir):
+    """What the comparison's check rests on: the digest covers the answer tokens (block padding left out) in
+    training order, so two objectives on the same rows and seed agree, and another seed does not."""
+    from textwm.training.config import SFTConfig
+    from textwm.training.trainer import train
+
+    rows = [chat(user=f"State: {a}\n\nAction: look", answer=b) for a, b in itertools.pairwise(TINY_CORPUS[:9])]
+    data = write_lines(tmp_path / "train.jsonl", rows)
+
+    def run(start, objective, seed, name):
+        return train(SFTConfig(model_name_or_path=str(start), objective=objective, train_file=str(data),
+                               output_dir=str(tmp_path / name), max_steps=3, per_device_train_batch_size=2,
+                               block_length=8, seed=seed, save_steps=100, logging_steps=1, report_to="none"))
+
+    # One checkpoint (one tokenizer) for both: the AR objective trains it as a plain causal LM.
+    ar, sdar, other = run(tiny_sdar_dir, "ar", 1, "ar"), run(tiny_sdar_dir, "sdar", 1, "sdar"), run(tiny_sdar_dir, "ar", 2, "o")
+    assert ar.data_digest == sdar.data_digest and ar.answer_tokens_seen == sdar.answer_tokens_seen > 0
+    assert sdar.tokens_seen > sdar.answer_tokens_seen
+    assert other.data_digest != ar.data_digest
+    assert [h["step"] for h in ar.log_history if "loss" in h] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
+    out = tmp_path / "wmc"
+    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=1500)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = json.loads((out / "state.json").read_text())
+    assert {"data", "init", "train/convert/ar_head", "eval/scratch/wedlm", "eval/convert/sdar"} <= set(state["done"])
+    assert len(state["data_checks"]) == 3 and all("saw the same" in line for line in state["data_checks"])
+    report = (out / "report.md").read_text()
+    for arm in ("scratch/ar", "scratch/sdar", "scratch/wedlm", "convert/ar", "convert/sdar", "convert/wedlm"):
+        assert f"| {arm} | 40 |" in report               # every arm: the same 40 steps
+    assert "exact match" in report and "MAUVE" in report and "Self-BLEU within prompt (sampled)" in report
+    assert (out / "learning_curves.png").stat().st_size > 0 and (out / "metrics.png").stat().st_size > 0
+    again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(state["done"])
+    changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--steps", "50")
+    assert changed.returncode == 2 and "holds a comparison with other settings (steps: 40 -> 50)" in changed.stderr
