@@ -46,7 +46,7 @@ unset CUDA_VISIBLE_DEVICES
 if [[ " $OBJECTIVES " == *" sdar "* ]] && [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
   start=$(date +%s)
   CONFIG=sdar/configs/gpu_check.yaml NUM_GPUS=2 TORCHRUN="$PY -m torch.distributed.run" sdar/train_sft.sh \
-    model_name_or_path="$OUT/sdar" output_dir="$OUT/sdar_ddp" max_steps=50 eval_file=null logging_steps=10 \
+    model_name_or_path="$OUT/sdar" output_dir="$OUT/sdar_ddp" max_steps=50 eval_file='""' logging_steps=10 \
     2>&1 | grep -E "textwm|Error|error" | tee "$OUT/train_sdar_ddp.log"
   echo "train sdar 2 GPUs: $(( $(date +%s) - start )) s" | tee -a "$OUT/timings.txt"
 fi

@@ -28,7 +28,7 @@ transformers.__version__, 'accelerate', accelerate.__version__, 'deepspeed', dee
 CUDA_VISIBLE_DEVICES=0 "$PY" scripts/make_tiny_model.py --family sdar --size qwen3-0.6b --embedding-rows 65536 \
   --out "$OUT/init"
 
-COMMON=(model_name_or_path="$OUT/init" max_steps="$STEPS" save_steps=$((STEPS / 2)) logging_steps=5 eval_file=null)
+COMMON=(model_name_or_path="$OUT/init" max_steps="$STEPS" save_steps=$((STEPS / 2)) logging_steps=5 eval_file='""')
 
 train() {  # train NAME [key=value ...]
   local name="$1"; shift

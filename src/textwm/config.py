@@ -181,7 +181,8 @@ def coerce(value: Any, tp: Any, *, key: str, source: str | None) -> Any:
     if value is None or (optional and isinstance(value, str) and value.strip().lower() in ("none", "null")):
         if optional or inner is Any:
             return None
-        raise ConfigError(f"must not be null (expected {_type_name(inner)})", key=key, source=source)
+        hint = " (an empty text is '\"\"', e.g. eval_file='\"\"')" if inner is str else ""
+        raise ConfigError(f"must not be null (expected {_type_name(inner)}){hint}", key=key, source=source)
     if inner is Any:
         return value
     origin = typing.get_origin(inner)

@@ -149,3 +149,12 @@ def test_one_training_step_is_the_same_with_either_loss_impl(objective, request,
         step = (weights["logits"][k] - base[k]).abs().max()
         torch.testing.assert_close(weights["chunked"][k], weights["logits"][k], rtol=0, atol=1e-6 + 1e-4 * step,
                                    msg=k)
+
+
+def test_an_override_can_empty_a_text_key_and_null_says_how(tmp_path):
+    """scripts/gpu_check.sh switches evaluation off with eval_file='""'; eval_file=null is refused with the way."""
+    path = tmp_path / "c.yaml"
+    path.write_text("model_name_or_path: m\ntrain_file: t.jsonl\neval_file: dev.jsonl\n")
+    assert load_config(path, ['eval_file=""']).eval_file == ""
+    with pytest.raises(ConfigError, match="eval_file must not be null \\(expected str\\) \\(an empty text is"):
+        load_config(path, ["eval_file=null"])
