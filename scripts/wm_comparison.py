@@ -2,6 +2,7 @@
 
     python scripts/wm_comparison.py --smoke --out runs/wm_comparison_smoke           # CPU, a few minutes
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison   # one GPU
+    python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --until generate
 """
 
 import argparse
@@ -9,7 +10,7 @@ import dataclasses
 import logging
 import sys
 
-from textwm.experiments.wm_comparison import FAMILIES, REGIMES, Comparison, ComparisonConfig
+from textwm.experiments.wm_comparison import FAMILIES, REGIMES, UNTIL, Comparison, ComparisonConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=defaults.out, help="run folder (default: %(default)s); a re-run resumes it")
     p.add_argument("--smoke", action="store_true", help="tiny models, the env's smallest demo data (CPU, CI)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
+    p.add_argument("--until", choices=UNTIL, default="report",
+                   help="generate: stop once every arm has decoded (GPU part; score and report later, anywhere)")
     p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides[name] = tuple(overrides[name])
     try:
         config = ComparisonConfig.create(smoke=args.smoke, **overrides)
-        Comparison(config, fresh=args.fresh).run()
+        Comparison(config, fresh=args.fresh).run(until=args.until)
     except (ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

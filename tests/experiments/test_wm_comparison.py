@@ -93,10 +93,16 @@ def test_the_trainer_digest_is_the_same_for_ar_and_sdar_on_the_same_rows(tmp_pat
 @pytest.mark.slow
 def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "wmc"
-    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=1500)
+    # The GPU part (train, decode), then the scoring and report as a second run that skips what is done.
+    gpu = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "generate", timeout=1500)
+    assert gpu.returncode == 0, gpu.stderr[-3000:]
+    assert "every arm has decoded" in gpu.stdout and not (out / "report.md").exists()
+    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert "train/convert/sdar: done earlier, skipped" in first.stdout
     state = json.loads((out / "state.json").read_text())
-    assert {"data", "init", "train/convert/ar_head", "eval/scratch/wedlm", "eval/convert/sdar"} <= set(state["done"])
+    assert {"data", "init", "train/convert/ar_head", "generate/scratch/wedlm", "eval/scratch/wedlm",
+            "eval/convert/sdar"} <= set(state["done"])
     assert len(state["data_checks"]) == 3 and all("saw the same" in line for line in state["data_checks"])
     report = (out / "report.md").read_text()
     for arm in ("scratch/ar", "scratch/sdar", "scratch/wedlm", "convert/ar", "convert/sdar", "convert/wedlm"):

@@ -46,6 +46,8 @@ REGIMES = ("scratch", "convert")
 BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: Settings that do not change what a run produces (a resume may use other values).
 NON_RESULT_SETTINGS = ("out",)
+#: Where :meth:`Comparison.run` may stop.
+UNTIL = ("generate", "report")
 
 
 @dataclass(frozen=True)
@@ -232,15 +234,27 @@ class Comparison:
         self.echo(f"{key}: {record['seconds']:.0f} s")
         return record
 
-    def run(self) -> Path:
+    def run(self, *, until: str = "report") -> Path | None:
+        """Every step up to ``until``: ``generate`` stops once every arm has decoded the held-out rows (on a
+        GPU machine; the scoring and report then run anywhere the run folder's ``state.json`` and ``eval/``
+        are, e.g. a CPU machine with the metrics extras), ``report`` goes to the end."""
+        if until not in UNTIL:
+            raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
         self._step("data", self.stage_data)
         self._step("init", self.stage_init)
         for arm in self.arms:
             self._step(f"train/{arm.name}", lambda arm=arm: self.train_arm(arm))
         trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
         self.state["data_checks"] = check_same_data(trained, self.arms)
-        for arm in (a for a in self.arms if a.scored):
-            self._step(f"eval/{arm.name}", lambda arm=arm: self.eval_arm(arm))
+        scored = [a for a in self.arms if a.scored]
+        for arm in scored:
+            self._step(f"generate/{arm.name}", lambda arm=arm: self.generate_arm(arm))
+        if until == "generate":
+            self.echo(f"every arm has decoded; score and report with the same command without --until: "
+                      f"{self.path('eval')} and {self.state_file} are all it needs")
+            return None
+        for arm in scored:
+            self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
         from textwm.experiments.comparison_report import write_report
 
         report = write_report(self)
@@ -343,18 +357,24 @@ class Comparison:
                                                          seed=seed)))
         return json.loads((out / "eval_generate_config.json").read_text())
 
-    def eval_arm(self, arm: Arm) -> dict[str, Any]:
+    def generate_arm(self, arm: Arm) -> dict[str, Any]:
+        """Greedy and ``samples`` sampled decodings of the held-out rows (GPU work; no scoring)."""
+        c = self.config
+        folder = self.path("eval", arm.folder)
+        greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
+        for k in range(c.samples):
+            self._generate(arm, folder / f"sample_{k}", temperature=c.temperature, seed=c.seed + k)
+        return {"decode_tokens_per_second": greedy["tokens_per_second"], "decode_seconds": greedy["seconds"],
+                "generated_tokens": greedy["generated_tokens"]}
+
+    def score_arm(self, arm: Arm) -> dict[str, Any]:
+        """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""
         from textwm.metrics.scorer import ScoreOptions, score_file
 
         c = self.config
         folder = self.path("eval", arm.folder)
-        greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
         scores = score_file("test", folder / "greedy" / "test_outputs.jsonl", folder / "greedy",
                             ScoreOptions(mauve_max_samples=c.eval_rows))
-        sampled = [folder / f"sample_{k}" for k in range(c.samples)]
-        for k, out in enumerate(sampled):
-            self._generate(arm, out, temperature=c.temperature, seed=c.seed + k)
-        diversity = sampled_diversity([out / "test_outputs.jsonl" for out in sampled])
-        return {"scores": scores, "diversity": diversity, "decode_tokens_per_second": greedy["tokens_per_second"],
-                "decode_seconds": greedy["seconds"],
+        diversity = sampled_diversity([folder / f"sample_{k}" / "test_outputs.jsonl" for k in range(c.samples)])
+        return {"scores": scores, "diversity": diversity, **self.state["done"][f"generate/{arm.name}"],
                 "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}
