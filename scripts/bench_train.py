@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         if "error" in r:
             show(f"{size:11s} {objective:9s} {variant:32s} {r['error']}")
+            write(args.out, args, results)
             continue
         show(f"{size:11s} {objective:9s} {variant:32s} {r['tokens_per_s']:8.0f} {r['step_s']:8.3f} {r['tflops']:8.1f} "
               f"{r['mfu']:6.1%} {r.get('peak_gib', float('nan')):8.1f} {r['estimate_gib']:8.1f}  {r['first_loss']:.4f}")

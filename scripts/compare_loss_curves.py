@@ -9,11 +9,12 @@ largest relative difference exceeds ``--tolerance``.
 """
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
 
-STEP_LINE = re.compile(r"step (\d+)/\d+ \| loss ([0-9.eE+-]+|nan|inf)")
+STEP_LINE = re.compile(r"step (\d+)/\d+ \| loss (-?(?:nan|inf)|[0-9.eE+-]+)")
 
 
 def read_curve(path: Path) -> dict[int, float]:
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0.0
     for step in sorted(set(ref) & set(cand)):
         rel = abs(ref[step] - cand[step]) / max(abs(ref[step]), 1e-12)
-        worst = max(worst, rel)
+        worst = max(worst, rel if math.isfinite(rel) else math.inf)     # a run that went nan / inf fails
         print(f"{step:6d} {ref[step]:10.4f} {cand[step]:10.4f} {rel:9.2%}")
     print(f"steps compared: {len(set(ref) & set(cand))}; largest relative difference {worst:.2%} "
           f"(tolerance {args.tolerance:.2%})")

@@ -10,7 +10,16 @@ import dataclasses
 import logging
 import sys
 
-from textwm.experiments.wm_comparison import FAMILIES, REGIMES, UNTIL, Comparison, ComparisonConfig
+from textwm.config import ConfigError
+from textwm.data.jsonl import DataError
+from textwm.experiments.wm_comparison import (
+    FAMILIES,
+    REGIMES,
+    UNTIL,
+    Comparison,
+    ComparisonConfig,
+    ComparisonError,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             overrides[name] = tuple(overrides[name])
     try:
         config = ComparisonConfig.create(smoke=args.smoke, **overrides)
-        Comparison(config, fresh=args.fresh).run(until=args.until)
-    except (ValueError, RuntimeError) as exc:
+        comparison = Comparison(config, fresh=args.fresh)
+    except (ValueError, ComparisonError) as exc:
+        p.error(str(exc))
+    try:
+        comparison.run(until=args.until)
+    except (ComparisonError, ConfigError, DataError) as exc:   # ours, with what and where; anything else: traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -113,3 +113,40 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(state["done"])
     changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--steps", "50")
     assert changed.returncode == 2 and "holds a comparison with other settings (steps: 40 -> 50)" in changed.stderr
+
+
+def test_a_resumed_run_carries_its_counts_and_digest_from_the_checkpoint(tmp_path, tiny_sdar_dir):
+    import shutil
+
+    from textwm.training.config import SFTConfig
+    from textwm.training.trainer import DATA_SEEN_FILE, train
+
+    rows = [chat(user=f"State: {a}\n\nAction: look", answer=b) for a, b in itertools.pairwise(TINY_CORPUS[:9])]
+    data = write_lines(tmp_path / "train.jsonl", rows)
+
+    def run(out, **keys):
+        return train(SFTConfig(model_name_or_path=str(tiny_sdar_dir), objective="sdar", train_file=str(data),
+                               output_dir=str(out), max_steps=4, per_device_train_batch_size=2, block_length=8,
+                               seed=1, save_steps=2, logging_steps=1, report_to="none", **keys))
+
+    whole = run(tmp_path / "whole")
+    out = tmp_path / "cut"
+    run(out)
+    shutil.rmtree(out / "checkpoint-4")          # as if the run had died between step 2 and step 4
+    assert (out / "checkpoint-2" / DATA_SEEN_FILE).is_file()
+    resumed = run(out, resume_from_checkpoint=True)
+    assert resumed.data_digest == whole.data_digest
+    assert (resumed.tokens_seen, resumed.answer_tokens_seen) == (whole.tokens_seen, whole.answer_tokens_seen)
+
+
+def test_fresh_refuses_to_delete_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    result = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(tmp_path), "--fresh")
+    assert result.returncode == 2 and "is not a comparison run folder (no state.json)" in result.stderr
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_a_data_dir_without_the_wm_files_is_named(tmp_path):
+    result = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(tmp_path / "o"), "--data-dir",
+                        str(tmp_path))
+    assert result.returncode == 2 and f"--data-dir {tmp_path} has no wm_train.jsonl" in result.stderr

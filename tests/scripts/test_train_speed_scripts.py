@@ -39,6 +39,9 @@ def test_compare_loss_curves_passes_close_curves_and_fails_far_or_missing_ones(t
     assert run_script("scripts/compare_loss_curves.py", str(a), str(far)).returncode == 1
     missing = run_script("scripts/compare_loss_curves.py", str(a), str(short))
     assert missing.returncode == 1 and "steps logged by one run only: [30]" in missing.stderr
+    nan = tmp_path / "n.log"
+    nan.write_text(_log(tmp_path / "x.log", [9.0, 6.0]).read_text() + "step 30/30 | loss nan | lr 0\n")
+    assert run_script("scripts/compare_loss_curves.py", str(a), str(nan)).returncode == 1   # a run gone nan fails
     empty = tmp_path / "e.log"
     empty.write_text("nothing here\n")
     bad = run_script("scripts/compare_loss_curves.py", str(a), str(empty))

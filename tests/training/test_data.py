@@ -76,3 +76,16 @@ def test_pad_batch_and_noise_seeds(tokenizer):
     assert ds[0]["noise_seeds"] != seed0  # fresh noise each epoch
     ds.epoch = 0
     assert ds[0]["noise_seeds"] == seed0 and isinstance(seed0[0], int) and torch.tensor(seed0).dtype == torch.long
+
+
+@pytest.mark.timeout(30)
+def test_an_answer_that_fits_only_without_its_block_padding_is_dropped_not_looped_on(tokenizer):
+    """cut mode: the prompt is cut to the room the answer leaves, then a token at a time while block padding
+    pushes the sample over; when the prompt is gone and answer + padding still do not fit, the sample is
+    dropped (this once looped forever)."""
+    enc = ChatEncoder(tokenizer)
+    row = chat(user="State: a room\n\nAction: look", answer="word " * 30)
+    answer = len(enc.encode(row["messages"])[1])
+    cutoff = answer + 1 if (answer + 1) % 8 else answer + 2          # room for the answer, not for its padding
+    report = encode_rows([row], enc, cutoff_len=cutoff, truncate_mode="cut", block_size=8)
+    assert (len(report.samples), report.dropped_too_long, report.truncated) == (0, 1, 0)

@@ -199,3 +199,18 @@ def test_under_bf16_autocast_it_equals_the_autocast_lm_head_and_float32_cross_en
     for g, w in zip([t.grad for t in (hidden, weight, b) if t is not None], [t.grad for t in leaves]):
         assert g.dtype == torch.float32
         torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2 * float(w.abs().max()))   # bf16 matmul rounding
+
+
+def test_bf16_weights_without_autocast_take_bf16_matmuls_and_float64_ignores_autocast():
+    """DeepSpeed bf16 (bf16 parameters, no autocast): the lm_head's matmul is bf16, so is the chunked CE's
+    (not a float32 copy of the weight); float64 inputs stay float64 under autocast, as autocast leaves them."""
+    hidden, weight, _, targets, grad_out = _inputs(12, 16, 33, torch.bfloat16)
+    want = F.cross_entropy(F.linear(hidden.detach(), weight.detach()).float(), targets, reduction="none")
+    got, grads = _chunked(hidden, weight, None, targets, grad_out, 5)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert all(g.dtype == torch.bfloat16 for g in grads)
+    hidden, weight, _, targets, grad_out = _inputs(10, 6, 11, torch.float64)
+    want, _ = _reference(hidden, weight, None, targets, grad_out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = _chunked(hidden, weight, None, targets, grad_out, 3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

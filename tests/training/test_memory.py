@@ -68,11 +68,12 @@ def test_a_step_that_fits_gives_one_line():
 
 def test_zero_and_fsdp_shard_what_they_shard():
     assert memory.zero_shards({"zero_optimization": {"stage": 2}}, "", 8) == {
+        "deepspeed": True, "offload_optimizer": False, "offload_params": False,
         "shard_optimizer": 8, "shard_grads": 8, "shard_weights": 1}
     assert memory.zero_shards({"zero_optimization": {"stage": 3}}, "", 4)["shard_weights"] == 4
     assert memory.zero_shards(None, "full_shard auto_wrap", 2) == {
         "shard_optimizer": 2, "shard_grads": 2, "shard_weights": 2}
-    assert memory.zero_shards({"zero_optimization": {"stage": 3}}, "", 1) == {}
+    assert memory.zero_shards(None, "", 1) == {}
     single, zero3 = _plan("sdar"), memory.MemoryPlan(**{**_plan("sdar").__dict__, "shard_weights": 8,
                                                         "shard_grads": 8, "shard_optimizer": 8})
     assert memory.estimate(QWEN3_1_7B, zero3).total < memory.estimate(QWEN3_1_7B, single).total
@@ -84,3 +85,23 @@ def test_the_plan_follows_the_config():
     assert (plan.rows, plan.row_tokens, plan.input_copies, plan.loss_share) == (2, 1024, 2, 0.6)
     assert (plan.checkpointing, plan.mode, plan.every, plan.compiled, plan.loss_impl) == (True, "ops", 3, True, "chunked")
     assert _plan("ar").input_copies == 1 and _plan("ar").loss_share == 0.3
+
+
+def test_deepspeed_offload_moves_the_weights_and_optimizer_off_the_gpu():
+    """One H200, an 8B model, ZeRO-3 with parameters and optimizer offloaded (sdar/configs/ds_z3_offload.json):
+    what stays on the GPU is activations and gradients, so the check lets it start."""
+    import json
+    from pathlib import Path
+
+    ds = json.loads((Path(__file__).resolve().parents[2] / "sdar/configs/ds_z3_offload.json").read_text())
+    eight_b = memory.ModelShape(params=8_190_000_000, layers=36, hidden=4096, intermediate=12288, q_width=4096,
+                                kv_width=1024, vocab=151936)
+    config = SFTConfig(model_name_or_path="m", train_file="t", objective="sdar", per_device_train_batch_size=1,
+                       loss_impl="chunked", gradient_checkpointing=True)
+    offload = memory.plan_for(config, row_tokens=4096, answer_share=0.3, deepspeed_config=ds)
+    assert offload.deepspeed and offload.offload_optimizer and offload.offload_params
+    est = memory.estimate(eight_b, offload)
+    assert est.weights == 0 and est.optimizer == 0
+    assert memory.check_fits(eight_b, offload, H200, on_fail="error")[0]
+    plain = memory.plan_for(config, row_tokens=4096, answer_share=0.3)
+    assert memory.estimate(eight_b, plain).total > est.total + 100 * memory.GIB

@@ -9,7 +9,9 @@ same parameter count) and trains on the same rows in the same order for the same
 - ``convert``: the SDAR / WeDLM recipe. An AR model trains for ``head_start`` x ``steps`` (the arm
   ``convert/ar_head``), then the trainer converts it to each family (the project's AR -> SDAR / WeDLM
   conversion, announced in its log) and trains the rest of the steps; the AR arm continues AR training
-  from the same checkpoint for the same steps. Every arm of a regime gets a fresh cosine schedule.
+  from the same checkpoint for the same steps. Each continuation is a new trainer run: a fresh cosine
+  schedule, and the rows again in the same order from the start (so the rest of the steps revisit the rows
+  the head start saw first, for every family alike).
 
 Each arm is then scored on held-out transitions: greedy decoding for exact match, ROUGE-L, BLEU-1,
 MAUVE and the corpus Self-BLEU / Distinct-n of the scorer; ``samples`` decodings per prompt at
@@ -178,7 +180,7 @@ def empty_share(prediction_file: Path) -> float:
 def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list[str]:
     """Arms of a regime that start from the same point saw the same answer tokens in the same order.
 
-    Returns one line per group checked; raises ``RuntimeError`` naming the arms that differ."""
+    Returns one line per group checked; raises :class:`ComparisonError` naming the arms that differ."""
     lines = []
     groups: dict[tuple[str, str], list[Arm]] = {}
     for arm in arms:
@@ -188,11 +190,16 @@ def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list
         if len(set(seen.values())) > 1:
             detail = "; ".join(f"{name}: {tokens} answer tokens, digest {digest[:12]}"
                                for name, (digest, tokens) in seen.items())
-            raise RuntimeError(f"{regime} arms from {start} did not train on the same data in the same order ({detail})")
+            raise ComparisonError(f"{regime} arms from {start} did not train on the same data in the same order "
+                                  f"({detail})")
         (digest, tokens), = set(seen.values())
         lines.append(f"{regime} from {start}: {', '.join(seen)} saw the same {tokens} answer tokens in the same "
                      f"order (digest {digest[:12]})")
     return lines
+
+
+class ComparisonError(RuntimeError):
+    """A run that cannot go on as asked (the message says which arm, file or setting and why)."""
 
 
 class Comparison:
@@ -202,6 +209,10 @@ class Comparison:
         self.config, self.echo = config, echo
         self.out = Path(config.out)
         if fresh and self.out.exists():
+            # Only a folder this module made (or an empty one): --fresh --out . must not delete a checkout.
+            if not (self.out / "state.json").is_file() and any(self.out.iterdir()):
+                raise ComparisonError(f"--fresh: {self.out} is not a comparison run folder (no state.json) and not "
+                                      "empty; not deleting it")
             shutil.rmtree(self.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.state_file = self.out / "state.json"
@@ -271,8 +282,8 @@ class Comparison:
             source = Path(c.data_dir)
             for name in ("wm_train.jsonl", "wm_test.jsonl"):
                 if not (source / name).is_file():
-                    raise ValueError(f"--data-dir {source} has no {name} (build it with sciworld/build_wm_dataset.py "
-                                     "--out-dir DIR, or leave --data-dir out for the env's demo dataset)")
+                    raise ComparisonError(f"--data-dir {source} has no {name} (build it with sciworld/build_wm_dataset.py "
+                                          "--out-dir DIR, or leave --data-dir out for the env's demo dataset)")
             shutil.copyfile(source / "wm_train.jsonl", data / "wm_train.jsonl")
             test = read_jsonl(source / "wm_test.jsonl").rows
         else:
@@ -302,7 +313,7 @@ class Comparison:
             save_checkpoint(model, tokenizer, self.path("init", family))
             params[family] = sum(p.numel() for p in model.parameters())
         if len(set(params.values())) != 1:
-            raise RuntimeError(f"the families' initialisations differ in size: {params}")
+            raise ComparisonError(f"the families' initialisations differ in size: {params}")
         return {"parameters": params[c.families[0]], "vocabulary": len(tokenizer)}
 
     # --- training --------------------------------------------------------------------------------------
@@ -364,6 +375,7 @@ class Comparison:
         greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
         for k in range(c.samples):
             self._generate(arm, folder / f"sample_{k}", temperature=c.temperature, seed=c.seed + k)
+        # The runner's rate is over its whole call (worker start and model load included): a wall-clock figure.
         return {"decode_tokens_per_second": greedy["tokens_per_second"], "decode_seconds": greedy["seconds"],
                 "generated_tokens": greedy["generated_tokens"]}
 

@@ -104,9 +104,12 @@ def encode_rows(rows: Sequence[dict], encoder: ChatEncoder, *, cutoff_len: int, 
                 continue
             prompt = prompt[len(prompt) - room:]
             pad = block_pad_length(len(prompt) + len(answer), block_size) if block_size else 0
-            while len(prompt) + len(answer) + pad > cutoff_len:  # block padding can push it over again
+            while prompt and len(prompt) + len(answer) + pad > cutoff_len:  # block padding can push it over again
                 prompt = prompt[1:]
                 pad = block_pad_length(len(prompt) + len(answer), block_size)
+            if len(prompt) + len(answer) + pad > cutoff_len:    # the answer and its block padding alone are too long
+                report.dropped_too_long += 1
+                continue
             report.truncated += 1
         if pad:
             answer = answer + [encoder.tokenizer.pad_token_id] * pad

@@ -7,9 +7,9 @@ kept for the backward pass: at a 150k vocabulary that is most of a training step
 recomputes each chunk's logits in the backward pass (one extra ``[N, H] x [H, V]`` matmul), so at
 most one chunk of logits (and its softmax) is alive at a time.
 
-Precision follows the plain path: under autocast (the trainer's bf16) the matmuls run in the autocast
-dtype, as the lm_head's would, and the logits are taken to float32 for the logsumexp and softmax; without
-autocast everything is float32 (float64 for float64 inputs, for exact checks). A float32 matmul at a
+Precision follows the plain path: the matmuls run in the dtype the lm_head's would (autocast's under the
+trainer's bf16; the weights' own under DeepSpeed's bf16, which does not autocast; float32 or float64 for such
+inputs), and the logits are taken to float32 (float64 for float64 inputs) for the logsumexp and softmax. A float32 matmul at a
 150k vocabulary would run at a tenth of the GPU's bf16 rate: the first version did, and made the AR step
 1.3x slower on an H200.
 
@@ -56,14 +56,16 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, math
     return (torch.addmm(b, h, w.t()) if b is not None else h @ w.t()).to(math)
 
 
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The autocast dtype active on ``device`` (bf16 / fp16 under the trainer's mixed precision), else None."""
+def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype the lm_head's own matmul would run in: autocast's (bf16 / fp16 under the trainer's mixed
+    precision; autocast leaves float64 alone), else the inputs' (bf16 weights under DeepSpeed bf16, float32, float64)."""
+    inputs = torch.promote_types(hidden.dtype, weight.dtype)
     try:
-        if torch.is_autocast_enabled(device.type):
-            return torch.get_autocast_dtype(device.type)
+        if inputs != torch.float64 and torch.is_autocast_enabled(hidden.device.type):
+            return torch.get_autocast_dtype(hidden.device.type)
     except RuntimeError:  # a device type without autocast
         pass
-    return None
+    return inputs
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -74,9 +76,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                targets: torch.Tensor, chunk_size: int, matmul_dtype: torch.dtype | None) -> torch.Tensor:
+                targets: torch.Tensor, chunk_size: int, matmul_dtype: torch.dtype) -> torch.Tensor:
         n, math = hidden.shape[0], _math_dtype(torch.promote_types(hidden.dtype, weight.dtype))
-        mm = matmul_dtype or math
+        mm = matmul_dtype
         lse = torch.empty(n, dtype=math, device=hidden.device)
         loss = torch.zeros(n, dtype=math, device=hidden.device)
         valid = targets != IGNORE_INDEX
@@ -171,8 +173,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         chunk_size = default_chunk_size(weight.shape[0])
     if chunk_size < 1:
         raise ValueError(f"linear_cross_entropy: chunk_size must be >= 1, got {chunk_size}")
-    matmul_dtype = _autocast_dtype(hidden.device)
-    return _LinearCrossEntropy.apply(hidden, weight, bias, targets.long(), int(chunk_size), matmul_dtype)
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets.long(), int(chunk_size),
+                                     _matmul_dtype(hidden, weight))
 
 
 # --- on an HF causal LM ----------------------------------------------------------------------------

@@ -159,6 +159,17 @@ def compile_layers(model: Any) -> str:
     return f"torch.compile: {len(layers)} decoder layers compiled (regional; the first steps include the compile)"
 
 
+#: HF ``optim`` names served by bitsandbytes (the torchao ones, ``adamw_torch_4bit`` / ``_8bit``, are not).
+BITSANDBYTES_OPTIMS = frozenset({
+    "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "lion_8bit", "lion_32bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit", "ademamix",
+    "ademamix_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit"})
+
+
+def needs_bitsandbytes(optim: str) -> bool:
+    return optim in BITSANDBYTES_OPTIMS or "bnb" in optim
+
+
 def check_packages(config: Any) -> None:
     """Before anything loads: the optional packages the config's switches need are importable."""
     import importlib.util
@@ -166,7 +177,7 @@ def check_packages(config: Any) -> None:
     needs = []
     if config.enable_liger_kernel:
         needs.append(("liger_kernel", "enable_liger_kernel: true", "liger-kernel==0.8.5"))
-    if "bnb" in config.optim or "8bit" in config.optim:
+    if needs_bitsandbytes(config.optim):
         needs.append(("bitsandbytes", f"optim: {config.optim}", "bitsandbytes"))
     for module, what, package in needs:
         if importlib.util.find_spec(module) is None:

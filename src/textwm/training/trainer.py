@@ -9,6 +9,7 @@ config saved with every checkpoint. Run it with ``sdar/train_sft.sh`` (torchrun)
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -152,9 +153,10 @@ class WorldModelTrainer(Trainer):
         self.model_accepts_loss_kwargs = True
         self.tokens_seen = 0
         self.answer_tokens_seen = 0
-        # What the run trained on, in order: the answer tokens of every micro-batch (block padding left out),
-        # so two runs with other objectives on the same rows can show they saw the same data in the same order.
-        self.data_digest = hashlib.sha256()
+        # What the run trained on, in order: a sha256 chained over the answer tokens of every micro-batch (block
+        # padding left out), so two runs with other objectives on the same rows can show they saw the same data
+        # in the same order. Chained as hex so that a checkpoint can carry it (DATA_SEEN_FILE) across a resume.
+        self.data_digest = ""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if model.training:
@@ -162,13 +164,48 @@ class WorldModelTrainer(Trainer):
             labels = inputs["labels"]
             answer = labels[(labels != IGNORE_INDEX) & (labels != self.objective.pad_token_id)]
             self.answer_tokens_seen += answer.numel()
-            self.data_digest.update(answer.cpu().numpy().astype("int64").tobytes())
+            self.data_digest = hashlib.sha256(bytes.fromhex(self.data_digest)
+                                              + answer.cpu().numpy().astype("int64").tobytes()).hexdigest()
         loss = self.objective.loss(model, inputs, num_items_in_batch)
         if (self.args.average_tokens_across_devices and num_items_in_batch is not None
                 and self.accelerator.num_processes > 1):
             # DDP averages gradients over ranks while num_items_in_batch counts all ranks' tokens.
             loss = loss * self.accelerator.num_processes
         return (loss, {"loss": loss}) if return_outputs else loss
+
+    def data_seen(self) -> dict[str, Any]:
+        return {"tokens_seen": self.tokens_seen, "answer_tokens_seen": self.answer_tokens_seen,
+                "data_digest": self.data_digest}
+
+
+#: In every checkpoint: this rank's tokens seen and data digest up to it (restored on resume).
+DATA_SEEN_FILE = "textwm_data_seen.json"
+
+
+class SaveDataSeen(TrainerCallback):
+    """Writes :data:`DATA_SEEN_FILE` into each checkpoint, so a resumed run's counts and digest cover every step."""
+
+    def __init__(self, trainer: WorldModelTrainer):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        from textwm.data.jsonl import write_json
+
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            write_json(folder / DATA_SEEN_FILE, self.trainer.data_seen())
+
+
+def restore_data_seen(trainer: WorldModelTrainer, checkpoint: Path) -> None:
+    """Continue the counts and the digest from ``checkpoint`` (a warning when it predates them)."""
+    path = checkpoint / DATA_SEEN_FILE
+    if not path.is_file():
+        log.warning("%s has no %s: tokens seen and the data digest count from the resume on", checkpoint,
+                    DATA_SEEN_FILE)
+        return
+    seen = json.loads(path.read_text())
+    trainer.tokens_seen, trainer.answer_tokens_seen = int(seen["tokens_seen"]), int(seen["answer_tokens_seen"])
+    trainer.data_digest = str(seen["data_digest"])
 
 
 class EpochNoise(TrainerCallback):
@@ -328,6 +365,7 @@ def train(config: SFTConfig) -> TrainResult:
     trainer.add_callback(EpochNoise(train_rows))
     trainer.add_callback(ProgressLine(trainer))
     trainer.add_callback(SaveResolvedConfig(config))
+    trainer.add_callback(SaveDataSeen(trainer))
     out = Path(config.output_dir)
     if trainer.is_world_process_zero():
         save_config(config, out / CONFIG_FILE)
@@ -335,6 +373,10 @@ def train(config: SFTConfig) -> TrainResult:
     if resume is True and not any(out.glob("checkpoint-*")):
         log.warning("resume_from_checkpoint: true but %s has no checkpoint yet; starting fresh", out)
         resume = None
+    if resume:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        restore_data_seen(trainer, Path(get_last_checkpoint(str(out)) if resume is True else resume))
     result = trainer.train(resume_from_checkpoint=resume)
     final = out / config.final_dir if config.final_dir else out
     trainer.save_model(str(final))
@@ -343,5 +385,5 @@ def train(config: SFTConfig) -> TrainResult:
     log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, final)
     return TrainResult(output_dir=final, global_step=result.global_step, train_loss=result.training_loss,
                        metrics=dict(result.metrics), tokens_seen=trainer.tokens_seen,
-                       answer_tokens_seen=trainer.answer_tokens_seen, data_digest=trainer.data_digest.hexdigest(),
+                       answer_tokens_seen=trainer.answer_tokens_seen, data_digest=trainer.data_digest,
                        log_history=list(trainer.state.log_history))
