@@ -27,7 +27,8 @@ def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
     elapsed = time.monotonic() - started
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     report = (out / "report.md").read_text()
-    for needle in ("exact_match", "rewards/SciWorldReward/mean", "CR = W2R / Real", "Wall time per stage"):
+    for needle in ("exact_match", "rewards/SciWorldReward/mean", "CR = W2R / Real", "Wall time per stage",
+                   "**Which won at this budget:**", "says little about the paper"):
         assert needle in report
     assert (out / "wm_eval" / "comparison.png").stat().st_size > 10_000
     stages = json.loads((out / "stages.json").read_text())["stages"]

@@ -1,0 +1,14 @@
+"""The demo report's plain verdict on which world-model family won at the demo's budget."""
+
+from textwm.demo_report import budget_winner
+
+
+def test_the_verdict_names_the_leader_of_each_metric_and_ties():
+    scores = {"wm_ar": {"exact_match": 0.475, "rouge_l_f1": 0.8, "bleu_1": 0.6, "mauve": 0.3},
+              "wm_sdar": {"exact_match": 0.067, "rouge_l_f1": 0.5, "bleu_1": 0.6, "mauve": 0.4},
+              "init_ar": {"exact_match": 0.0}}
+    lines = budget_winner(scores, ["ar", "sdar"])
+    assert lines[0] == ("**Which won at this budget:** ar leads on exact_match, rouge_l_f1; "
+                        "ar and sdar tie on bleu_1; sdar leads on mauve.")
+    assert "pretrained Qwen3" in lines[1] and "scripts/wm_comparison.py" in lines[1]
+    assert budget_winner({"wm_ar": {"exact_match": 0.1}}, ["ar"]) == []
