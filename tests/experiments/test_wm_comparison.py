@@ -107,6 +107,7 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     report = (out / "report.md").read_text()
     for arm in ("scratch/ar", "scratch/sdar", "scratch/wedlm", "convert/ar", "convert/sdar", "convert/wedlm"):
         assert f"| {arm} | 40 |" in report               # every arm: the same 40 steps
+    assert "| greedy rows dropped | sampled rows dropped |" in report
     assert "exact match" in report and "MAUVE" in report and "Self-BLEU within prompt (sampled)" in report
     assert (out / "learning_curves.png").stat().st_size > 0 and (out / "metrics.png").stat().st_size > 0
     again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=300)

@@ -46,14 +46,18 @@ def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
     done = comparison.state["done"]
     arms = [a for a in comparison.arms if a.regime == regime and a.scored]
     head = [a for a in comparison.arms if a.regime == regime and not a.scored]
-    columns = ["arm", "steps", "answer tokens", "train loss", "train s"] + [m[0] for m in METRICS]
+    # Rows the scores leave out are counted, not hidden: ERROR / overlong greedy rows, failed sampled decodings.
+    columns = (["arm", "steps", "answer tokens", "train loss", "train s", "rows scored", "greedy rows dropped",
+                "sampled rows dropped"] + [m[0] for m in METRICS])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for arm in arms:
         train, ev = done[f"train/{arm.name}"], done[f"eval/{arm.name}"]
         extra = sum(done[f"train/{h.name}"]["steps"] for h in head)
         tokens = train["answer_tokens_seen"] + sum(done[f"train/{h.name}"]["answer_tokens_seen"] for h in head)
         seconds = train["seconds"] + sum(done[f"train/{h.name}"]["seconds"] for h in head)
-        row = [arm.name, f"{train['steps'] + extra}", f"{tokens:,}", _fmt(train["train_loss"]), f"{seconds:.0f}"]
+        dropped = sum(ev["scores"].get(k) or 0 for k in ("num_dropped_errors", "num_skipped_overlong"))
+        row = [arm.name, f"{train['steps'] + extra}", f"{tokens:,}", _fmt(train["train_loss"]), f"{seconds:.0f}",
+               f"{ev['scores'].get('num_samples')}", f"{dropped}", f"{ev['diversity']['dropped_samples']}"]
         row += [_fmt(_get(ev, path)) for _, path, _ in METRICS]
         lines.append("| " + " | ".join(row) + " |")
     leads = []
