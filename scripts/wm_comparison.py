@@ -3,6 +3,7 @@
     python scripts/wm_comparison.py --smoke --out runs/wm_comparison_smoke           # CPU, a few minutes
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison   # one GPU
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --until generate
+    python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --parallel 3  # 3 arms at once
 """
 
 import argparse
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny models, the env's smallest demo data (CPU, CI)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     p.add_argument("--until", choices=UNTIL, default="report",
-                   help="generate: stop once every arm has decoded (GPU part; score and report later, anywhere)")
+                   help="train: stop once every arm is trained; generate: once every arm has decoded (the GPU part; score "
+                        "and report later, anywhere)")
     p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),
                        ("batch_size", int), ("learning_rate", float), ("cutoff_len", int), ("save_steps", int),
                        ("eval_rows", int), ("gen_length", int), ("samples", int), ("temperature", float),
-                       ("denoising_steps", int), ("per_batch", int), ("seed", int)):
+                       ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int)):
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: {getattr(defaults, name)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

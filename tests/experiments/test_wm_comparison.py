@@ -151,3 +151,41 @@ def test_a_data_dir_without_the_wm_files_is_named(tmp_path):
     result = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(tmp_path / "o"), "--data-dir",
                         str(tmp_path))
     assert result.returncode == 2 and f"--data-dir {tmp_path} has no wm_train.jsonl" in result.stderr
+
+
+@pytest.mark.slow
+def test_arms_trained_at_once_give_the_same_models_as_one_at_a_time(tmp_path):
+    """--parallel trains a wave of arms in their own processes: the same losses and digests as one after the
+    other, recorded as trained alongside each other; and a run folder resumes under another --parallel."""
+    args = ["--smoke", "--families", "ar", "sdar", "--regimes", "scratch", "--steps", "4", "--save-steps", "2",
+            "--until", "train"]
+
+    def trained(out, *extra):
+        result = run_script("scripts/wm_comparison.py", *args, "--out", str(out), *extra, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        done = json.loads((out / "state.json").read_text())["done"]
+        return result, {k: v for k, v in done.items() if k.startswith("train/")}
+
+    _, alone = trained(tmp_path / "one")
+    both, together = trained(tmp_path / "both", "--parallel", "2")
+    assert "train/scratch/ar, train/scratch/sdar: training at once" in both.stdout
+    for key in ("train/scratch/ar", "train/scratch/sdar"):
+        assert (alone[key]["concurrent_arms"], together[key]["concurrent_arms"]) == (1, 2)
+        for field in ("train_loss", "data_digest", "answer_tokens_seen", "loss_curve"):
+            assert together[key][field] == alone[key][field], (key, field)
+    again, _ = trained(tmp_path / "one", "--parallel", "2")
+    assert again.stdout.count("done earlier, skipped") >= 4
+
+
+def test_the_report_says_when_train_seconds_were_shared():
+    from types import SimpleNamespace
+
+    from textwm.experiments.comparison_report import shared_device_note
+
+    arms = plan_arms(ComparisonConfig(regimes=("scratch",), families=("ar", "sdar")))
+    solo = SimpleNamespace(arms=arms, state={"done": {f"train/{a.name}": {"concurrent_arms": 1} for a in arms}})
+    assert shared_device_note(solo, "scratch") == []
+    shared = SimpleNamespace(arms=arms, state={"done": {f"train/{a.name}": {"concurrent_arms": 2} for a in arms}})
+    assert shared_device_note(shared, "scratch") == [
+        "Train s is wall clock with arms sharing the device: scratch/ar trained alongside 1 other(s), "
+        "scratch/sdar trained alongside 1 other(s).\n"]

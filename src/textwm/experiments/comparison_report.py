@@ -106,6 +106,18 @@ def learning_curves(comparison: Any, path: Path) -> Path | None:
     return path
 
 
+def shared_device_note(comparison: Any, regime: str) -> list[str]:
+    """Say so when arms trained at once (``parallel``): their train seconds are then not solo figures."""
+    done = comparison.state["done"]
+    shared = {a.name: done[f"train/{a.name}"].get("concurrent_arms", 1) for a in comparison.arms
+              if a.regime == regime}
+    if max(shared.values()) == 1:
+        return []
+    return ["Train s is wall clock with arms sharing the device: "
+            + ", ".join(f"{name} trained alongside {n - 1} other(s)" for name, n in shared.items() if n > 1)
+            + ".\n"]
+
+
 def write_report(comparison: Any) -> Path:
     from textwm.metrics import report
 
@@ -129,7 +141,8 @@ def write_report(comparison: Any) -> Path:
         table, leads = regime_table(comparison, regime)
         title = ("from scratch (same random init shape)" if regime == "scratch" else
                  f"the SDAR / WeDLM recipe: AR for {c.head_steps} steps, then each family for the rest")
-        parts += [f"## {regime}: {title}\n", table, "", "Leads at this budget:\n", *leads, ""]
+        parts += [f"## {regime}: {title}\n", table, "", *shared_device_note(comparison, regime),
+                  "Leads at this budget:\n", *leads, ""]
         summaries.update({a.name: done[f"eval/{a.name}"]["scores"] for a in comparison.arms
                           if a.regime == regime and a.scored})
     curves = learning_curves(comparison, comparison.path("learning_curves.png"))

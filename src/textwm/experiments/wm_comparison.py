@@ -22,7 +22,8 @@ within a regime, or the run stops naming the arms.
 
 Every stage is resumable: finished arms are recorded in ``<out>/state.json``, an arm cut short resumes
 from its last checkpoint, and a changed setting is refused (``--fresh`` starts over). Stage 2 (GRPO
-inside each world model) is not part of this module yet.
+inside each world model) is not part of this module yet. With ``parallel`` > 1, arms whose start is trained
+train at once, one process each.
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ FAMILIES = ("ar", "sdar", "wedlm")
 REGIMES = ("scratch", "convert")
 #: SDAR's block length, WeDLM's masking block (the demo's and the paper's settings for these sizes).
 BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
-#: Settings that do not change what a run produces (a resume may use other values).
-NON_RESULT_SETTINGS = ("out",)
+#: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
+#: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
+NON_RESULT_SETTINGS = ("out", "parallel")
 #: Where :meth:`Comparison.run` may stop.
-UNTIL = ("generate", "report")
+UNTIL = ("train", "generate", "report")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ class ComparisonConfig:
     denoising_steps: int = 1
     per_batch: int = 32
     seed: int = 0
+    #: Arms trained at once, each in its own process on the same device. Small models at these batch sizes
+    #: leave a GPU idle between kernel launches, so two or three trainings share it at little cost each.
+    #: Decoding stays one arm at a time: its tokens/s is a reported figure.
+    parallel: int = 1
 
     def __post_init__(self) -> None:
         bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
@@ -89,7 +95,8 @@ class ComparisonConfig:
         if "convert" in self.regimes and not 0 < self.head_start < 1:
             raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
                              f"got {self.head_start}")
-        for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps"):
+        for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
+                     "parallel"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature <= 0:
@@ -246,17 +253,21 @@ class Comparison:
         return record
 
     def run(self, *, until: str = "report") -> Path | None:
-        """Every step up to ``until``: ``generate`` stops once every arm has decoded the held-out rows (on a
-        GPU machine; the scoring and report then run anywhere the run folder's ``state.json`` and ``eval/``
-        are, e.g. a CPU machine with the metrics extras), ``report`` goes to the end."""
+        """Every step up to ``until``: ``train`` stops once every arm is trained; ``generate`` once every arm
+        has decoded the held-out rows (on a GPU machine; the scoring and report then run anywhere the run
+        folder's ``state.json`` and ``eval/`` are, e.g. a CPU machine with the metrics extras); ``report``
+        goes to the end."""
         if until not in UNTIL:
             raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
         self._step("data", self.stage_data)
         self._step("init", self.stage_init)
-        for arm in self.arms:
-            self._step(f"train/{arm.name}", lambda arm=arm: self.train_arm(arm))
+        self.train_all()
         trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
         self.state["data_checks"] = check_same_data(trained, self.arms)
+        write_json(self.state_file, self.state)
+        if until == "train":
+            self.echo("every arm is trained; decode, score and report with the same command without --until")
+            return None
         scored = [a for a in self.arms if a.scored]
         for arm in scored:
             self._step(f"generate/{arm.name}", lambda arm=arm: self.generate_arm(arm))
@@ -322,6 +333,51 @@ class Comparison:
         if arm.start == "init":
             return self.path("init", arm.family)
         return self.path("arms", arm.start.replace("/", "_"), "final")
+
+    def train_all(self) -> None:
+        """Every arm, in waves of up to ``parallel`` arms whose start is trained (one process per arm)."""
+        def done(name: str) -> bool:
+            return f"train/{name}" in self.state["done"]
+
+        for arm in self.arms:
+            if done(arm.name):
+                self.echo(f"train/{arm.name}: done earlier, skipped")
+        while todo := [a for a in self.arms if not done(a.name)]:
+            ready = [a for a in todo if a.start == "init" or done(a.start)]
+            wave = ready[:self.config.parallel]
+            if len(wave) == 1:
+                self._step(f"train/{wave[0].name}", lambda arm=wave[0]: {**self.train_arm(arm), "concurrent_arms": 1})
+            else:
+                self._train_concurrently(wave)
+
+    def _train_concurrently(self, wave: list[Arm]) -> None:
+        import multiprocessing
+
+        # spawn: a forked child of a process that touched CUDA cannot use it.
+        context = multiprocessing.get_context("spawn")
+        jobs = []
+        for arm in wave:
+            record = self.path("arms", arm.folder, "train_record.json")
+            record.unlink(missing_ok=True)
+            process = context.Process(target=_train_in_child, args=(self.config, arm, str(record)),
+                                      name=f"train/{arm.name}")
+            process.start()
+            jobs.append((arm, process, record))
+        self.echo(f"{', '.join(f'train/{a.name}' for a in wave)}: training at once ...")
+        failed = []
+        for arm, process, record in jobs:
+            process.join()
+            if process.exitcode != 0 or not record.is_file():
+                failed.append(f"train/{arm.name} (exit code {process.exitcode}; its traceback is in the log above)")
+                continue
+            result = json.loads(record.read_text())
+            result["concurrent_arms"] = len(wave)
+            self.state["done"][f"train/{arm.name}"] = result
+            write_json(self.state_file, self.state)     # what finished is kept even if a sibling failed
+            self.echo(f"train/{arm.name}: {result['seconds']:.0f} s (wall clock, {len(wave)} arms at once)")
+        if failed:
+            raise ComparisonError(f"training failed: {'; '.join(failed)}. A rerun resumes each from its last "
+                                  "checkpoint")
 
     def train_arm(self, arm: Arm) -> dict[str, Any]:
         import torch
@@ -390,3 +446,13 @@ class Comparison:
         diversity = sampled_diversity([folder / f"sample_{k}" / "test_outputs.jsonl" for k in range(c.samples)])
         return {"scores": scores, "diversity": diversity, **self.state["done"][f"generate/{arm.name}"],
                 "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}
+
+
+def _train_in_child(config: ComparisonConfig, arm: Arm, record: str) -> None:
+    """One arm's training in its own process (:meth:`Comparison.train_all` with ``parallel`` > 1); the record
+    goes to a file that the parent adds to ``state.json``."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {arm.name} %(levelname)s %(name)s: %(message)s")
+    comparison = Comparison(config, echo=lambda line: log.info("%s", line))
+    started = time.perf_counter()
+    result = comparison.train_arm(arm)
+    write_json(Path(record), {**result, "seconds": round(time.perf_counter() - started, 1)})
