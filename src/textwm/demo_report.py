@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from textwm.eval.episodes import fmt_ci
 from textwm.metrics.scorer import METRIC_LABELS
 
 
@@ -96,12 +97,13 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
 
     agent = fig.get("agent_eval", {})
     lines += ["## 5. Agent before / after, real env vs world model (Word2World fidelity)", "",
-              "| agent | Real success | WM success | W2R success | CR = W2R / Real | Real mean score |",
-              "|---|---|---|---|---|---|"]
+              "| agent | Real success | Real 95% interval (Wilson) | WM success | W2R success | CR = W2R / Real | "
+              "Real mean score |", "|---|---|---|---|---|---|---|"]
     for name, r in agent.items():
         f = r.get("fidelity") or {}
         rate = {m: (f.get(m) or {}).get("success_rate") for m in ("real", "wm", "w2r")}
-        lines.append(f"| {name} | {_fmt(rate['real'])} | {_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
+        lines.append(f"| {name} | {_fmt(rate['real'])} | {fmt_ci((f.get('real') or {}).get('success_ci95'))} | "
+                     f"{_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
                      f"{_fmt(f.get('cr'))} | {_fmt((f.get('real') or {}).get('mean_score'))} |")
     lines += ["", f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
     return "\n".join(lines) + "\n"

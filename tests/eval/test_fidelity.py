@@ -99,3 +99,14 @@ def test_success_rates_and_cr():
     assert fid["real"]["successes"] == 2 and fid["w2r"]["episodes"] == 4
     table = closed_loop_markdown(fid)
     assert "CR = W2R / Real = 1.000" in table and "| melt | 0.000 (0/2) | 0.500 (1/2) | 0.500 (1/2) | n/a |" in table
+    assert fid["real"]["success_ci95"] == [0.15, 0.85]          # Wilson, 2 of 4
+    assert "| Real | 4 | 2 | 0.500 | [0.150, 0.850] |" in table
+
+
+@pytest.mark.parametrize(("successes", "episodes", "interval"), [
+    (0, 10, [0.0, 0.2775]), (5, 10, [0.2366, 0.7634]), (10, 10, [0.7225, 1.0]), (1, 40, [0.0044, 0.1288]),
+    (0, 0, None)])
+def test_success_rate_intervals_are_wilson_95(successes, episodes, interval):
+    from textwm.eval.episodes import wilson_interval
+
+    assert wilson_interval(successes, episodes) == interval

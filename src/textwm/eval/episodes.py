@@ -16,6 +16,7 @@ in the summary, and kept in the success-rate denominators: a failed episode did 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections import Counter, deque
@@ -201,11 +202,28 @@ def run_episodes(jobs: Sequence[EpisodeJob], agent: Agent, env: EpisodeEnv, *, r
     return [done[job.episode_id] for job in jobs]
 
 
+def wilson_interval(successes: int, episodes: int, z: float = 1.96) -> list[float] | None:
+    """The Wilson score interval of a success rate (95% for z 1.96): unlike rate +- z * stderr it stays inside
+    [0, 1] and is not empty at 0 or all successes, the usual case for a few dozen agent episodes."""
+    if episodes == 0:
+        return None
+    rate, z2 = successes / episodes, z * z
+    centre = (rate + z2 / (2 * episodes)) / (1 + z2 / episodes)
+    half = z * math.sqrt(rate * (1 - rate) / episodes + z2 / (4 * episodes * episodes)) / (1 + z2 / episodes)
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
 def _block(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     n = len(records)
     k = sum(r.success for r in records)
     return {"episodes": n, "successes": k, "success_rate": k / n if n else None,
+            "success_ci95": wilson_interval(k, n),
             "mean_score": statistics.fmean(r.score for r in records) if n else None}
+
+
+def fmt_ci(interval: list[float] | None) -> str:
+    """A 95% interval cell, ``[0.120, 0.450]``; ``n/a`` without episodes."""
+    return "n/a" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
@@ -238,10 +256,11 @@ def fmt(value: Any) -> str:
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     """A per-task table (success rate, mean score) with the overall row and the end reasons."""
-    lines = ["| task | episodes | successes | success rate | mean score |", "|---|---|---|---|---|"]
+    lines = ["| task | episodes | successes | success rate | 95% interval (Wilson) | mean score |",
+             "|---|---|---|---|---|---|"]
     for task, b in [*summary["per_task"].items(), ("**all**", summary)]:
         lines.append(f"| {task} | {b['episodes']} | {b['successes']} | {fmt(b['success_rate'])} | "
-                     f"{fmt(b['mean_score'])} |")
+                     f"{fmt_ci(b.get('success_ci95'))} | {fmt(b['mean_score'])} |")
     reasons = ", ".join(f"{k}: {v}" for k, v in summary["reasons"].items()) or "none"
     failures = ", ".join(f"{r}s: {summary[f'{r}s']}" for r in FAILURE_REASONS)
     lines += ["", f"- end reasons: {reasons}", f"- unparseable replies: {summary['unparseable_replies']}; "

@@ -21,7 +21,7 @@ from typing import Any
 
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import validate_target_row
-from textwm.eval.episodes import fmt
+from textwm.eval.episodes import fmt, fmt_ci
 from textwm.generation.api import ApiGenerationConfig
 from textwm.generation.settings import DecodeSettings
 
@@ -159,7 +159,7 @@ def success_ratio(w2r_rate: float | None, real_rate: float | None) -> tuple[floa
 
 
 def _rates(summary: dict[str, Any]) -> dict[str, Any]:
-    return {k: summary.get(k) for k in ("episodes", "successes", "success_rate", "mean_score")}
+    return {k: summary.get(k) for k in ("episodes", "successes", "success_rate", "success_ci95", "mean_score")}
 
 
 def closed_loop_fidelity(real: dict[str, Any], wm: dict[str, Any], w2r: dict[str, Any]) -> dict[str, Any]:
@@ -178,11 +178,12 @@ def closed_loop_fidelity(real: dict[str, Any], wm: dict[str, Any], w2r: dict[str
 
 
 def closed_loop_markdown(fidelity: dict[str, Any]) -> str:
-    lines = ["| | episodes | successes | success rate | mean score |", "|---|---|---|---|---|"]
+    lines = ["| | episodes | successes | success rate | 95% interval (Wilson) | mean score |",
+             "|---|---|---|---|---|---|"]
     for mode, label in (("real", "Real"), ("wm", "WM"), ("w2r", "W2R")):
         b = fidelity[mode]
         lines.append(f"| {label} | {b['episodes']} | {b['successes']} | {fmt(b['success_rate'])} | "
-                     f"{fmt(b['mean_score'])} |")
+                     f"{fmt_ci(b.get('success_ci95'))} | {fmt(b['mean_score'])} |")
     lines += ["", f"**CR = W2R / Real = {fmt(fidelity['cr'])}**" + (f" ({fidelity['cr_note']})"
                                                                     if fidelity["cr_note"] else ""), "",
               "| task | Real | WM | W2R | CR |", "|---|---|---|---|---|"]
