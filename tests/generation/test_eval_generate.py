@@ -34,6 +34,9 @@ def test_eval_generate_writes_the_papers_rows(family, request, data_dir, tmp_pat
     assert len(_rows(out / "ood_outputs.jsonl")) == 3
     summary = json.loads((out / "eval_generate_config.json").read_text())
     assert summary["config"]["decode"]["block_length"] == 4 and summary["datasets"]["test"]["errors"] == 0
+    # The decoding loop's time and rate, beside the whole call's (model load included)
+    assert 0 < summary["decode_seconds"] <= summary["seconds"]
+    assert summary["decode_tokens_per_second"] >= summary["tokens_per_second"] > 0
 
 
 def test_failed_batches_become_counted_error_rows(tiny_sdar_dir, data_dir, tmp_path):

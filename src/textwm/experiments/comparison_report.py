@@ -24,7 +24,7 @@ METRICS = (
     ("Self-BLEU within prompt (sampled)", ("diversity", "self_bleu_within_prompt"), False),
     ("Distinct-1 (sampled)", ("diversity", "distinct_1_samples"), True),
     ("Distinct-2 (sampled)", ("diversity", "distinct_2_samples"), True),
-    ("decode tok/s (wall, model load included)", ("decode_tokens_per_second",), True),
+    ("decode tok/s (greedy, the decoding loop)", ("decode_tokens_per_second",), True),
 )
 
 

@@ -431,9 +431,10 @@ class Comparison:
         greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
         for k in range(c.samples):
             self._generate(arm, folder / f"sample_{k}", temperature=c.temperature, seed=c.seed + k)
-        # The runner's rate is over its whole call (worker start and model load included): a wall-clock figure.
-        return {"decode_tokens_per_second": greedy["tokens_per_second"], "decode_seconds": greedy["seconds"],
-                "generated_tokens": greedy["generated_tokens"]}
+        # The decoding loop's rate (the decoder's speed), and the whole call's (worker start and model load too).
+        return {"decode_tokens_per_second": greedy["decode_tokens_per_second"],
+                "decode_seconds": greedy["decode_seconds"], "call_tokens_per_second": greedy["tokens_per_second"],
+                "call_seconds": greedy["seconds"], "generated_tokens": greedy["generated_tokens"]}
 
     def score_arm(self, arm: Arm) -> dict[str, Any]:
         """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""

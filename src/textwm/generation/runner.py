@@ -135,6 +135,8 @@ class ShardResult:
     skipped_overlong: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    #: The decoding loop alone (after the model load and prompt encoding): what a decoder's speed is.
+    decode_seconds: float = 0.0
 
 
 def _error_text(exc: BaseException) -> str:
@@ -219,10 +221,12 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
                     "generated: their rows read %s", label, result.skipped_overlong, config.prompt_budget(),
                     config.max_model_len, config.decode.gen_length, OVERLONG_MARGIN_TOKENS, SKIPPED_OVERLONG)
     batches = [encoded[i:i + config.per_batch] for i in range(0, len(encoded), config.per_batch)]
+    decode_started = time.perf_counter()
     for batch in tqdm(batches, desc=f"generate [{label}]", unit="batch", mininterval=5.0):
         texts = _decode_batch(config, decoder, loaded.tokenizer, [ids for _, ids in batch], result, device, label,
                               retry=config.retry_singly)
         result.rows += [_row(config, job, text) for (job, _), text in zip(batch, texts)]
+    result.decode_seconds = time.perf_counter() - decode_started
     result.seconds = time.perf_counter() - started
     return result
 
@@ -303,12 +307,16 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
         log.info("%s: %d rows -> %s (%d ERROR rows, %d %s rows)", name, len(mine), path, errors, skipped,
                  SKIPPED_OVERLONG)
     tokens = sum(s.tokens for s in shards)
+    # Workers decode side by side: the slowest one's loop is the decoding time of the call.
+    decoding = max((s.decode_seconds for s in shards), default=0.0)
     summary = {"config": config_dict(config), "workers": workers, "seconds": round(elapsed, 2),
                "generated_tokens": tokens, "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
+               "decode_seconds": round(decoding, 2),
+               "decode_tokens_per_second": round(tokens / decoding, 1) if decoding > 0 else None,
                "prompts_truncated": sum(s.truncated for s in shards),
                "prompts_skipped_overlong": sum(s.skipped_overlong for s in shards),
                "prompt_budget": config.prompt_budget(), "datasets": stats}
     write_json(out_dir / "eval_generate_config.json", summary)
-    log.info("generated %d tokens in %.1fs (%.1f tok/s) with %d worker(s)", tokens, elapsed,
-             summary["tokens_per_second"], max(workers, 1))
+    log.info("generated %d tokens in %.1fs (%.1f tok/s; decoding alone %.1fs) with %d worker(s)", tokens, elapsed,
+             summary["tokens_per_second"], decoding, max(workers, 1))
     return stats
