@@ -36,17 +36,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
     p.add_argument("--regimes", nargs="+", choices=REGIMES, help="default: both")
+    p.add_argument("--grpo-families", nargs="+", choices=FAMILIES, help="Stage 2's world models (default: ar sdar)")
+    p.add_argument("--no-stage2", dest="stage2", action="store_false", default=None,
+                   help="stop after the world models' report (no agent SFT, GRPO or real-env runs)")
     for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),
                        ("batch_size", int), ("learning_rate", float), ("cutoff_len", int), ("save_steps", int),
                        ("eval_rows", int), ("gen_length", int), ("samples", int), ("temperature", float),
-                       ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int)):
+                       ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int),
+                       ("agent_size", str), ("agent_vocab_size", int), ("agent_cutoff_len", int),
+                       ("agent_sft_steps", int), ("agent_learning_rate", float),
+                       ("grpo_steps", int), ("grpo_turns", int), ("agent_episodes", int), ("agent_turns", int),
+                       ("workers", int), ("wm_port", int), ("proxy_port", int)):
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: {getattr(defaults, name)}")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ComparisonConfig)
                  if f.name != "smoke" and getattr(args, f.name, None) is not None}
-    for name in ("families", "regimes"):
+    for name in ("families", "regimes", "grpo_families"):
         if name in overrides:
             overrides[name] = tuple(overrides[name])
     try:

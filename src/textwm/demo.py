@@ -23,7 +23,6 @@ import dataclasses
 import json
 import logging
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -230,70 +229,30 @@ class Demo:
     # --- 4. GRPO inside the world model ------------------------------------------------------------
 
     def _stack(self):
+        """The SDAR world model served (native server + proxy) for the GRPO and agent-in-WM stages."""
         from textwm.generation.settings import DecodeSettings
-        from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
+        from textwm.serving.local_stack import local_wm_stack
 
         c = self.config
-        for port in (c.wm_port, c.proxy_port):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    raise RuntimeError(f"port {port} is in use; pass --wm-port/--proxy-port")
-        server, proxy = ManagedProcess("wm_server", self.path("stack")), ManagedProcess("wm_proxy", self.path("stack"))
-        spec = BackendSpec(backend="native", model_path=str(self.path("wm_sdar")), port=c.wm_port,
-                           served_model_name="demo-sdar-wm", device="cpu", max_model_len=4096,
-                           decode=DecodeSettings(gen_length=c.gen_length, temperature=0.0,
-                                                 denoising_steps=c.denoising_steps))
-        server.start(server_command(spec))
-        try:
-            server.wait_healthy(f"http://127.0.0.1:{c.wm_port}/health", 180)
-            proxy.start([*proxy_command(c.proxy_port, f"http://127.0.0.1:{c.wm_port}"), "--timeout", "120"])
-            proxy.wait_healthy(f"http://127.0.0.1:{c.proxy_port}/health", 60)
-        except BaseException:
-            proxy.stop()
-            server.stop()
-            raise
-        return server, proxy, f"http://127.0.0.1:{c.proxy_port}/"
+        return local_wm_stack(self.path("wm_sdar"), log_dir=self.path("stack"), wm_port=c.wm_port,
+                              proxy_port=c.proxy_port, device="cpu", served_model_name="demo-sdar-wm",
+                              decode=DecodeSettings(gen_length=c.gen_length, temperature=0.0,
+                                                    denoising_steps=c.denoising_steps))
 
     def stage_grpo(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_checkpoint, chat_texts
-        from textwm.rl.launch import GRPOConfig
-        from textwm.rl.launch import run as run_grpo
+        from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
 
         c = self.config
         agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + read_jsonl(
             self.path("data", "sft_train.jsonl"), allow_empty=True).rows
         build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,
                               vocab_size=c.vocab_size, seed=c.seed + 1)
-        server, proxy, endpoint = self._stack()
-        out = self.path("grpo")
-        shutil.rmtree(out, ignore_errors=True)
-        grpo = GRPOConfig(env=c.env, data=str(self.path("data", "rl_train.jsonl")),
-                          model_path=str(self.path("agent_init")), model_type="qwen3", template="qwen3",
-                          wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name="demo_grpo",
-                          num_gpus=0, num_generations=2, per_device_train_batch_size=2, grad_accum_steps=1,
-                          max_turns=c.grpo_turns, max_completion_length=16, max_length=4096,
-                          save_steps=c.grpo_steps, report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
-                          wm_max_tokens=c.gen_length, launcher="demo")
-        try:
-            with open(self.path("grpo.log"), "w") as logf:
-                code = run_grpo(grpo, ["--max_steps", str(c.grpo_steps)], stdout=logf)
-        finally:
-            proxy.stop()
-            server.stop()
-        if code != 0:
-            raise RuntimeError(f"GRPO failed (exit {code}); see {self.path('grpo.log')}")
-        (run_dir,) = out.glob("v*-*")
-        logs = [json.loads(line) for line in (run_dir / "logging.jsonl").read_text().splitlines()]
-        metric = f"rewards/{get_env(c.env).class_prefix}Reward/mean"
-        steps = [r for r in logs if metric in r]
-        checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        shutil.copytree(checkpoint, self.path("agent_grpo"), dirs_exist_ok=True)
-        episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
-        return {"reward_metric": metric, "reward_per_step": [round(r[metric], 4) for r in steps],
-                "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
-                "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
-                "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
-                "wm_errors": sum(bool(e["wm_error"]) for e in episodes)}
+        run = GRPOInWM(env=c.env, rows=str(self.path("data", "rl_train.jsonl")), agent_path=str(self.path("agent_init")),
+                       steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length, run_name="demo_grpo",
+                       launcher="demo")
+        with self._stack() as endpoint:
+            return run_grpo_in_wm(run, endpoint, self.path("grpo"), self.path("agent_grpo"), self.path("grpo.log"))
 
     # --- 5. agent evaluation and WM fidelity -------------------------------------------------------
 
@@ -301,7 +260,6 @@ class Demo:
         from textwm.eval.run import EvalConfig, run
 
         c = self.config
-        server, proxy, endpoint = self._stack()
         results = {}
         # An env expert that reads only the conversation (AppWorld's) is a competent agent in both worlds: its
         # Real / WM / W2R say how far the world model is from the real env for an agent that can do the tasks.
@@ -309,16 +267,13 @@ class Demo:
                   "agent_grpo": {"agent_path": str(self.path("agent_grpo"))}}
         if get_env(c.env).conversation_expert:
             agents["expert"] = {"agent": "expert"}
-        try:
+        with self._stack() as endpoint:
             for name, agent in agents.items():
                 out = run(EvalConfig(mode="all", env=c.env, output_dir=str(self.path("agent_eval", name)),
                                      rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
                                      max_turns=c.agent_turns, workers=c.workers, device="cpu",
                                      wm_endpoint=endpoint, wm_max_tokens=c.gen_length, **agent))
                 results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}
-        finally:
-            proxy.stop()
-            server.stop()
         return results
 
     # --- 6. report -----------------------------------------------------------------------------------

@@ -35,6 +35,8 @@ def test_the_plan_gives_every_arm_of_a_regime_the_same_steps():
     ({"head_start": 1.0}, "head_start must be in \\(0, 1\\)"),
     ({"samples": 0}, "samples must be >= 1, got 0"),
     ({"temperature": 0.0}, "temperature must be > 0"),
+    ({"families": ("ar", "wedlm")}, "grpo_families \\(ar sdar\\) must be among the families trained \\(ar wedlm\\)"),
+    ({"grpo_steps": 0}, "grpo_steps must be >= 1"),
 ])
 def test_bad_settings_are_refused_by_name(keys, message):
     with pytest.raises(ValueError, match=message):
@@ -110,6 +112,18 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert "| greedy rows dropped | sampled rows dropped |" in report
     assert "exact match" in report and "MAUVE" in report and "Self-BLEU within prompt (sampled)" in report
     assert (out / "learning_curves.png").stat().st_size > 0 and (out / "metrics.png").stat().st_size > 0
+    # Stage 2: the SFT agent, then GRPO inside the convert regime's AR and SDAR world models, each in the real env
+    assert "## Stage 2: GRPO inside each world model" in report
+    for agent, inside in (("sft", "none (before GRPO)"), ("grpo_convert_ar", "convert/ar"),
+                          ("grpo_convert_sdar", "convert/sdar")):
+        assert f"| {agent} | {inside} | 1 |" in report
+    assert state["done"]["agent/sft"]["turn_rows"] > state["done"]["agent/sft"]["demos"] >= 1
+    assert state["done"]["agent/eval/sft"]["success_ci95"] is not None
+    assert "| world model | Real | WM | W2R | CR | WM errors |" in report and "| convert/sdar | 0" in report
+    fidelity = state["done"]["fidelity/convert/ar"]
+    assert fidelity["real"]["episodes"] == fidelity["wm"]["episodes"] == fidelity["w2r"]["episodes"] == 1
+    grpo = state["done"]["grpo/convert/sdar"]
+    assert grpo["episodes"] >= 1 and len(grpo["reward_per_step"]) == 1
     again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=300)
     assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(state["done"])
     changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--steps", "50")
@@ -145,6 +159,15 @@ def test_fresh_refuses_to_delete_a_folder_it_did_not_make(tmp_path):
     result = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(tmp_path), "--fresh")
     assert result.returncode == 2 and "is not a comparison run folder (no state.json)" in result.stderr
     assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_a_data_dir_without_stage2_files_is_named(tmp_path):
+    for name in ("wm_train.jsonl", "wm_test.jsonl"):
+        write_lines(tmp_path / name, [chat(user="State: a\n\nAction: look", answer="b")])
+    result = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(tmp_path / "o"), "--data-dir",
+                        str(tmp_path))
+    assert result.returncode == 2 and "has no rl_train.jsonl, which Stage 2 needs" in result.stderr
+    assert "--no-stage2" in result.stderr
 
 
 def test_a_data_dir_without_the_wm_files_is_named(tmp_path):

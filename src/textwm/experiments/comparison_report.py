@@ -118,6 +118,45 @@ def shared_device_note(comparison: Any, regime: str) -> list[str]:
             + ".\n"]
 
 
+def stage2_section(comparison: Any) -> list[str]:
+    """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
+    from textwm.eval.episodes import fmt_ci
+    from textwm.experiments.comparison_agents import wm_arms
+
+    c, done = comparison.config, comparison.state["done"]
+    if not c.stage2 or "agent/eval/sft" not in done:
+        return []
+    sft = done["agent/sft"]
+    lines = ["## Stage 2: GRPO inside each world model, success in the real env\n",
+             f"One AR agent (`{c.agent_size}` shape) trained on {sft['demos']} gold demos ({sft['turn_rows']} "
+             f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
+             f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first). "
+             f"Real env: {c.agent_episodes} held-out task rows, up to {c.agent_turns} turns.\n",
+             "| agent | GRPO inside | episodes | successes | success rate | 95% interval (Wilson) | mean score | "
+             "reward per GRPO step | WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [("sft", "none (before GRPO)", "agent/eval/sft", None)]
+    rows += [(f"grpo_{a.folder}", a.name, f"agent/eval/grpo_{a.folder}", f"grpo/{a.name}") for a in wm_arms(comparison)]
+    for name, inside, key, grpo_key in rows:
+        if key not in done:
+            continue
+        r, g = done[key], done.get(grpo_key, {}) if grpo_key else {}
+        steps = f"{g['wm_answered_steps']} / {g['local_answered_steps']}, {g['wm_errors']}" if g else ""
+        lines.append(f"| {name} | {inside} | {r['episodes']} | {r['successes']} | {_fmt(r['success_rate'])} | "
+                     f"{fmt_ci(r.get('success_ci95'))} | {_fmt(r['mean_score'])} | "
+                     f"{g.get('reward_per_step', '')} | {steps} |")
+    lines += ["", "The SFT agent as the fixed agent, with each world model (Word2World fidelity: WM = success "
+              "inside the world model, W2R = the WM episodes' actions replayed in the real env, CR = W2R / Real):\n",
+              "| world model | Real | WM | W2R | CR | WM errors |", "|---|---|---|---|---|---|"]
+    for arm in wm_arms(comparison):
+        f = done.get(f"fidelity/{arm.name}")
+        if f:
+            cells = [f"{_fmt(f[m]['success_rate'])} ({f[m]['successes']}/{f[m]['episodes']}) "
+                     f"{fmt_ci(f[m].get('success_ci95'))}" for m in ("real", "wm", "w2r")]
+            cr = _fmt(f["cr"]) if f["cr"] is not None else f"n/a ({f['cr_note']})"
+            lines.append(f"| {arm.name} | {' | '.join(cells)} | {cr} | {f['wm'].get('wm_errors', 0)} |")
+    return [*lines, ""]
+
+
 def write_report(comparison: Any) -> Path:
     from textwm.metrics import report
 
@@ -152,6 +191,7 @@ def write_report(comparison: Any) -> Path:
         parts.append("![learning curves](learning_curves.png)\n")
     if "chart" in charts:
         parts.append(f"![metrics]({charts['chart'].name})\n")
+    parts += stage2_section(comparison)
     parts += [
         "## What this says and what would change it\n",
         "These are small models trained from random weights on one environment's rows for a short budget. "
@@ -159,8 +199,7 @@ def write_report(comparison: Any) -> Path:
         "tokens, at 8B-30B parameters; its claim is about that scale. A lead here says which objective learns "
         "these rows faster at this size and budget; it does not confirm or refute the paper. More steps, the "
         "full datasets, larger shapes and pretrained starts are what would change it.\n",
-        "Not in this report yet: Stage 2 (GRPO inside each world model, success in the real env before and "
-        "after) and the Real / WM / W2R / CR fidelity of a fixed agent.\n",
+        "Not in this report yet: GRPO in the real env as the upper reference of Stage 2.\n",
     ]
     with atomic_write(out) as f:
         f.write("\n".join(parts))

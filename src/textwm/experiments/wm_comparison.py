@@ -21,9 +21,9 @@ the trainer's digest of the answer tokens in training order (``TrainResult.data_
 within a regime, or the run stops naming the arms.
 
 Every stage is resumable: finished arms are recorded in ``<out>/state.json``, an arm cut short resumes
-from its last checkpoint, and a changed setting is refused (``--fresh`` starts over). Stage 2 (GRPO
-inside each world model) is not part of this module yet. With ``parallel`` > 1, arms whose start is trained
-train at once, one process each.
+from its last checkpoint, and a changed setting is refused (``--fresh`` starts over). With ``parallel`` > 1,
+arms whose start is trained train at once, one process each. Stage 2 (an SFT agent, GRPO inside each
+family's world model, real-env success before and after) is :mod:`textwm.experiments.comparison_agents`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ REGIMES = ("scratch", "convert")
 BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
-NON_RESULT_SETTINGS = ("out", "parallel")
+NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port", "workers")
+#: Stage 2's files from the data folder: GRPO task rows, held-out task rows, gold demos.
+AGENT_FILES = ("rl_train.jsonl", "rl_test.jsonl", "sft_train.jsonl")
 #: Where :meth:`Comparison.run` may stop.
 UNTIL = ("train", "generate", "report")
 
@@ -85,6 +87,22 @@ class ComparisonConfig:
     #: leave a GPU idle between kernel launches, so two or three trainings share it at little cost each.
     #: Decoding stays one arm at a time: its tokens/s is a reported figure.
     parallel: int = 1
+    # Stage 2 (textwm.experiments.comparison_agents): a small agent SFT'd on the gold demos, then GRPO inside the
+    # world model of each of grpo_families, each agent scored in the real env.
+    stage2: bool = True
+    agent_size: str = "tiny"
+    agent_vocab_size: int = 1024
+    agent_cutoff_len: int = 3072
+    agent_sft_steps: int = 300
+    agent_learning_rate: float = 3e-3
+    grpo_families: tuple[str, ...] = ("ar", "sdar")
+    grpo_steps: int = 20
+    grpo_turns: int = 8
+    agent_episodes: int = 30
+    agent_turns: int = 30
+    workers: int = 4
+    wm_port: int = 30201
+    proxy_port: int = 30200
 
     def __post_init__(self) -> None:
         bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
@@ -92,11 +110,14 @@ class ComparisonConfig:
             raise ValueError(f"families come from {', '.join(FAMILIES)} and regimes from {', '.join(REGIMES)}; "
                              f"got families {' '.join(self.families) or '(none)'}, regimes "
                              f"{' '.join(self.regimes) or '(none)'}")
+        if self.stage2 and not set(self.grpo_families) <= set(self.families):
+            raise ValueError(f"grpo_families ({' '.join(self.grpo_families)}) must be among the families trained "
+                             f"({' '.join(self.families)})")
         if "convert" in self.regimes and not 0 < self.head_start < 1:
             raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
                              f"got {self.head_start}")
         for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
-                     "parallel"):
+                     "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature <= 0:
@@ -108,7 +129,9 @@ class ComparisonConfig:
         settings: dict[str, Any] = {}
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
-                            save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16)
+                            save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
+                            agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4,
+                            workers=2)
         return cls(**{**settings, **overrides})
 
     @property
@@ -277,6 +300,10 @@ class Comparison:
             return None
         for arm in scored:
             self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
+        if self.config.stage2:
+            from textwm.experiments.comparison_agents import run_stage2
+
+            run_stage2(self)
         from textwm.experiments.comparison_report import write_report
 
         report = write_report(self)
@@ -296,6 +323,12 @@ class Comparison:
                     raise ComparisonError(f"--data-dir {source} has no {name} (build it with sciworld/build_wm_dataset.py "
                                           "--out-dir DIR, or leave --data-dir out for the env's demo dataset)")
             shutil.copyfile(source / "wm_train.jsonl", data / "wm_train.jsonl")
+            if c.stage2:     # Stage 2's task rows and gold demos (the env builder writes them beside the WM rows)
+                for name in AGENT_FILES:
+                    if not (source / name).is_file():
+                        raise ComparisonError(f"--data-dir {source} has no {name}, which Stage 2 needs (the env's "
+                                              "dataset builder writes it; or pass --no-stage2)")
+                    shutil.copyfile(source / name, data / name)
             test = read_jsonl(source / "wm_test.jsonl").rows
         else:
             from textwm.demo import DemoConfig

@@ -1,0 +1,109 @@
+"""Stage 2 of the comparison (issue 17): the same agent, trained by GRPO inside each family's world model, then
+scored in the real env.
+
+1. ``agent/sft``: a small AR agent (one tokenizer of the task and demo rows) trained by the one trainer on the
+   gold demos (``sft_train.jsonl``), one row per assistant turn (:mod:`textwm.data.agent_turns`), so that it
+   starts with some real success;
+2. ``agent/eval/sft``: that agent in the real env on the held-out task rows (``rl_test.jsonl``);
+3. for each family in ``grpo_families``, with the arm's world model served (native server + proxy):
+   ``fidelity/<arm>``, the SFT agent as the fixed agent in the real env, in the world model and replayed
+   (Real / WM / W2R, CR = W2R / Real); ``grpo/<arm>``, ``grpo_steps`` GRPO steps from the SFT agent with the
+   env's plugin (the deterministic local responder first, the world model else); then
+   ``agent/eval/grpo_<arm>``, the trained agent in the real env.
+
+Every real-env result carries its 95% Wilson interval over episodes. The world models are the scored arms
+of one regime: ``convert`` when it ran (the recipe the paper's models come from), else ``scratch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The real-env figures kept per agent (textwm.eval.episodes.summarize).
+REAL_FIELDS = ("episodes", "successes", "success_rate", "success_ci95", "mean_score", "mean_turns", "reasons")
+
+
+def wm_arms(comparison: Any) -> list[Any]:
+    """The arms whose world models host GRPO: the ``grpo_families`` of the regime Stage 2 uses."""
+    c = comparison.config
+    regime = "convert" if "convert" in c.regimes else "scratch"
+    return [a for a in comparison.arms if a.scored and a.regime == regime and a.family in c.grpo_families]
+
+
+def run_stage2(comparison: Any) -> None:
+    """Every Stage-2 step of ``comparison`` not done yet, each recorded in its state."""
+    step = comparison._step
+    step("agent/sft", lambda: train_agent(comparison))
+    step("agent/eval/sft", lambda: eval_agent(comparison, comparison.path("agent", "sft", "final"), "sft"))
+    for arm in wm_arms(comparison):
+        name = f"grpo_{arm.folder}"
+        step(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm))
+        step(f"grpo/{arm.name}", lambda arm=arm, name=name: grpo_in_arm(comparison, arm, name))
+        step(f"agent/eval/{name}", lambda name=name: eval_agent(comparison, comparison.path("agent", name), name))
+
+
+def train_agent(comparison: Any) -> dict[str, Any]:
+    from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
+
+    c = comparison.config
+    return train_agent_on_demos(AgentSFT(
+        demos=str(comparison.path("data", "sft_train.jsonl")), tasks=str(comparison.path("data", "rl_train.jsonl")),
+        out=str(comparison.path("agent")), steps=c.agent_sft_steps, size=c.agent_size, vocab_size=c.agent_vocab_size,
+        cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed))
+
+
+def eval_agent(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
+    from textwm.eval.run import EvalConfig, run
+
+    c = comparison.config
+    out = run(EvalConfig(mode="agent-real", env=c.env, output_dir=str(comparison.path("agent_eval", name)),
+                         rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                         max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path)))
+    return {k: out["real"].get(k) for k in REAL_FIELDS}
+
+
+def _served(comparison: Any, arm: Any) -> Any:
+    """The arm's world model behind the proxy (greedy, the comparison's decoding settings)."""
+    import torch
+
+    from textwm.experiments.wm_comparison import BLOCKS
+    from textwm.generation.settings import DecodeSettings
+    from textwm.serving.local_stack import local_wm_stack
+
+    c = comparison.config
+    decode = DecodeSettings(gen_length=c.gen_length, temperature=0.0, denoising_steps=c.denoising_steps,
+                            block_length=BLOCKS["sdar"])
+    return local_wm_stack(comparison.path("arms", arm.folder, "final"), log_dir=comparison.path("stack", arm.folder),
+                          wm_port=c.wm_port, proxy_port=c.proxy_port, decode=decode,
+                          device="cuda" if torch.cuda.is_available() else "cpu", served_model_name=f"{arm.folder}-wm")
+
+
+def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
+    """Real / WM / W2R / CR of the SFT agent with the arm's world model (textwm.eval.run, mode ``all``)."""
+    from textwm.eval.run import EvalConfig, run
+
+    c = comparison.config
+    with _served(comparison, arm) as endpoint:
+        out = run(EvalConfig(mode="all", env=c.env, output_dir=str(comparison.path("agent_eval", f"fidelity_{arm.folder}")),
+                             rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                             max_turns=c.agent_turns, workers=c.workers, device="auto",
+                             agent_path=str(comparison.path("agent", "sft", "final")), wm_endpoint=endpoint,
+                             wm_max_tokens=c.gen_length))
+    fidelity = out["fidelity"]
+    return {"world_model": arm.name, **{k: fidelity[k] for k in ("real", "wm", "w2r", "cr", "cr_note")}}
+
+
+def grpo_in_arm(comparison: Any, arm: Any, name: str) -> dict[str, Any]:
+    import torch
+
+    from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
+
+    c = comparison.config
+    run = GRPOInWM(env=c.env, rows=str(comparison.path("data", "rl_train.jsonl")),
+                   agent_path=str(comparison.path("agent", "sft", "final")), steps=c.grpo_steps, turns=c.grpo_turns,
+                   wm_max_tokens=c.gen_length, num_gpus=1 if torch.cuda.is_available() else 0, run_name=name,
+                   launcher="wm_comparison")
+    with _served(comparison, arm) as endpoint:
+        figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", arm.folder), comparison.path("agent", name),
+                                 comparison.path(f"grpo_{arm.folder}.log"))
+    return {"world_model": arm.name, **figures}

@@ -1,0 +1,70 @@
+"""GRPO of an agent inside a served world model, as one call: ``swift rlhf`` with the env's plugin (through
+:mod:`textwm.rl.launch`), then what the run says: the reward per step, where each simulated step was answered
+(local responder or world model, and WM errors), and the last checkpoint copied out as the trained agent.
+
+The demo's GRPO stage and the comparison's Stage 2 run it; the stack in front of the world model is
+:func:`textwm.serving.local_stack.local_wm_stack`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textwm.envs.registry import get_env
+
+
+@dataclass(frozen=True)
+class GRPOInWM:
+    """A small GRPO run (CPU-sized defaults: the demo's) from ``agent_path`` on the task ``rows``."""
+
+    env: str
+    rows: str
+    agent_path: str
+    steps: int
+    turns: int
+    wm_max_tokens: int
+    num_gpus: int = 0
+    num_generations: int = 2
+    batch_size: int = 2
+    max_completion_length: int = 16
+    learning_rate: float | None = None
+    run_name: str = "grpo_in_wm"
+    launcher: str = "textwm"
+
+
+def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log_file: Path) -> dict[str, Any]:
+    """GRPO for ``run.steps`` steps with the world model at ``endpoint``; the trained agent goes to ``agent_out``.
+
+    Raises ``RuntimeError`` naming the log when swift exits non-zero. Returns the figures of the run."""
+    from textwm.rl.launch import GRPOConfig
+    from textwm.rl.launch import run as run_grpo
+
+    shutil.rmtree(out, ignore_errors=True)
+    extra = {"lr": run.learning_rate} if run.learning_rate is not None else {}
+    grpo = GRPOConfig(env=run.env, data=run.rows, model_path=run.agent_path, model_type="qwen3", template="qwen3",
+                      wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name=run.run_name,
+                      num_gpus=run.num_gpus, num_generations=run.num_generations,
+                      per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,
+                      max_completion_length=run.max_completion_length, max_length=4096, save_steps=run.steps,
+                      report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
+                      wm_max_tokens=run.wm_max_tokens, launcher=run.launcher, **extra)
+    with open(log_file, "w") as logf:
+        code = run_grpo(grpo, ["--max_steps", str(run.steps)], stdout=logf)
+    if code != 0:
+        raise RuntimeError(f"GRPO failed (exit {code}); see {log_file}")
+    (run_dir,) = out.glob("v*-*")
+    logs = [json.loads(line) for line in (run_dir / "logging.jsonl").read_text().splitlines()]
+    metric = f"rewards/{get_env(run.env).class_prefix}Reward/mean"
+    steps = [r for r in logs if metric in r]
+    checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    shutil.copytree(checkpoint, agent_out, dirs_exist_ok=True)
+    episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    return {"reward_metric": metric, "reward_per_step": [round(r[metric], 4) for r in steps],
+            "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
+            "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
+            "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
+            "wm_errors": sum(bool(e["wm_error"]) for e in episodes)}

@@ -1,0 +1,47 @@
+"""A world model served on this machine for a while: the native server and the proxy in front of it, started,
+checked healthy and always stopped (the demo's and the comparison's GRPO and agent-in-WM stages).
+
+    with local_wm_stack(model, log_dir=out / "stack", wm_port=30101, proxy_port=30100, device="cpu",
+                        decode=DecodeSettings(gen_length=48, temperature=0.0)) as endpoint:
+        ...   # endpoint: "http://127.0.0.1:30100/", what the env plugins and the evaluator call
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from textwm.generation.settings import DecodeSettings
+
+
+def check_ports_free(*ports: int) -> None:
+    """Refuse ports that something already listens on (a stack left running, another run), by number."""
+    for port in ports:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                raise RuntimeError(f"port {port} is in use; pass --wm-port/--proxy-port")
+
+
+@contextmanager
+def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy_port: int, device: str,
+                   decode: DecodeSettings, served_model_name: str = "wm", max_model_len: int = 4096,
+                   server_timeout_s: float = 180, proxy_timeout_s: float = 120) -> Iterator[str]:
+    """Serve ``model_path`` (native backend) behind the proxy; yields the proxy's endpoint. Both processes are
+    stopped when the block ends, also on an error (their logs stay in ``log_dir``)."""
+    from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
+
+    check_ports_free(wm_port, proxy_port)
+    server, proxy = ManagedProcess("wm_server", log_dir), ManagedProcess("wm_proxy", log_dir)
+    spec = BackendSpec(backend="native", model_path=str(model_path), port=wm_port, served_model_name=served_model_name,
+                       device=device, max_model_len=max_model_len, decode=decode)
+    try:
+        server.start(server_command(spec))
+        server.wait_healthy(f"http://127.0.0.1:{wm_port}/health", server_timeout_s)
+        proxy.start([*proxy_command(proxy_port, f"http://127.0.0.1:{wm_port}"), "--timeout", str(int(proxy_timeout_s))])
+        proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
+        yield f"http://127.0.0.1:{proxy_port}/"
+    finally:
+        proxy.stop()
+        server.stop()

@@ -1,0 +1,65 @@
+"""A small AR agent trained by the one trainer on an env's gold demos: the warm start before GRPO (the demo's
+and the comparison's Stage 2), so that the agent has some real success to improve on.
+
+The agent's tokenizer is trained on the task rows and the demos (every word the agent reads or writes); the
+demos become one row per assistant turn (:mod:`textwm.data.agent_turns`).
+
+    figures = train_agent_on_demos(AgentSFT(demos="data/sft_train.jsonl", tasks="data/rl_train.jsonl",
+                                            out="runs/agent", steps=300))
+    # the agent: runs/agent/sft/final (textwm.eval.run --agent-path, or the GRPO launcher's model path)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textwm.data.jsonl import read_jsonl, write_jsonl
+
+
+@dataclass(frozen=True)
+class AgentSFT:
+    demos: str
+    tasks: str
+    out: str
+    steps: int
+    size: str = "tiny"
+    vocab_size: int = 1024
+    cutoff_len: int = 3072
+    learning_rate: float = 3e-3
+    batch_size: int = 8
+    seed: int = 0
+
+    @property
+    def final(self) -> Path:
+        """The trained agent's checkpoint."""
+        return Path(self.out) / "sft" / "final"
+
+
+def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
+    """Build the agent (``<out>/init``) and train it (``<out>/sft/final``); returns what it trained on and how."""
+    import torch
+
+    from textwm.data.agent_turns import agent_turn_rows
+    from textwm.models.tiny import build_tiny_checkpoint, chat_texts
+    from textwm.training.config import SFTConfig
+    from textwm.training.trainer import train
+
+    out = Path(job.out)
+    demos = read_jsonl(job.demos)
+    rows = agent_turn_rows(demos)
+    turns = out / "sft_turns.jsonl"
+    write_jsonl(turns, rows)
+    tasks = read_jsonl(job.tasks).rows
+    build_tiny_checkpoint(out / "init", list(chat_texts(tasks + demos.rows)), family="ar", size=job.size,
+                          vocab_size=job.vocab_size, seed=job.seed + 1)
+    result = train(SFTConfig(
+        model_name_or_path=str(out / "init"), objective="ar", train_file=str(turns), output_dir=str(out / "sft"),
+        final_dir="final", cutoff_len=job.cutoff_len, truncate_mode="cut", learning_rate=job.learning_rate,
+        per_device_train_batch_size=job.batch_size, max_steps=job.steps, lr_scheduler_type="cosine",
+        warmup_ratio=0.05, logging_steps=max(1, job.steps // 10), save_steps=job.steps, save_total_limit=1,
+        seed=job.seed, bf16=torch.cuda.is_available()))
+    return {"demos": len(demos.rows), "turn_rows": len(rows), "steps": result.global_step,
+            "train_loss": round(result.train_loss, 4),
+            "loss_curve": [(h["step"], h["loss"]) for h in result.log_history if "loss" in h and "step" in h]}
