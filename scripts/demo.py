@@ -38,6 +38,8 @@ def main() -> int:
                                                    "ALFWorld, AppWorld: 200)")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
+    p.add_argument("--agent-sft-steps", type=int, help=f"the agent's SFT steps on the gold demos before GRPO (0: a "
+                   f"random agent; default: {defaults.agent_sft_steps})")
     p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")
     p.add_argument("--agent-episodes", type=int, help=f"agent episodes per evaluation (default: {defaults.agent_episodes})")
     p.add_argument("--workers", type=int, help=f"ScienceWorld worker processes (default: {defaults.workers})")

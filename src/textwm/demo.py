@@ -10,8 +10,9 @@ next run unless ``fresh``):
    same number of steps;
 3. ``wm_eval``: both (and their untrained initialisations) generate on held-out transitions; one
    scorer, one side-by-side table and chart;
-4. ``grpo``: the native WM server (SDAR model) + proxy; a tiny agent's GRPO steps with
-   ``swift rlhf`` and the env's plugin inside the world model; the stack is stopped;
+4. ``grpo``: a tiny agent trained on the env's gold demos (``agent_sft_steps``; a random agent where the env
+   has none), then its GRPO steps with ``swift rlhf`` and the env's plugin inside the world model (the native
+   server with the SDAR model + proxy, stopped after);
 5. ``agent_eval``: the agent before and after GRPO in the real env, in the world model, replayed
    (W2R), and the world model's fidelity (Real / WM / W2R / CR);
 6. ``report``: ``report.md`` with every figure under its metric name and wall time per stage.
@@ -63,6 +64,8 @@ class DemoConfig:
     eval_rows: int = 120
     gen_length: int = 48
     denoising_steps: int = 2
+    #: Steps of the agent's SFT on the gold demos before GRPO (0: GRPO from a random agent).
+    agent_sft_steps: int = 150
     grpo_steps: int = 3
     grpo_turns: int = 4
     agent_episodes: int = 6
@@ -90,7 +93,8 @@ class DemoConfig:
         settings = dict(getattr(get_env(env).dataset_builder(), "demo_defaults", {}))
         if smoke:
             settings.update(smoke=True, tasks=("melt",) if env == "sciworld" else (), train_variations=1,
-                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, grpo_steps=1, grpo_turns=3,
+                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, agent_sft_steps=10, grpo_steps=1,
+                            grpo_turns=3,
                             agent_episodes=2, agent_turns=4)
         return cls(**{**settings, **overrides})
 
@@ -239,20 +243,39 @@ class Demo:
                               decode=DecodeSettings(gen_length=c.gen_length, temperature=0.0,
                                                     denoising_steps=c.denoising_steps))
 
+    def _agent_before_grpo(self) -> tuple[str, Path]:
+        """The agent GRPO starts from: trained on the gold demos when the stage did that, else the random one."""
+        sft = self.path("agent", "sft", "final")
+        return ("agent_sft", sft) if sft.is_dir() else ("agent_init", self.path("agent_init"))
+
     def stage_grpo(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_checkpoint, chat_texts
         from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
+        from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
 
         c = self.config
-        agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + read_jsonl(
-            self.path("data", "sft_train.jsonl"), allow_empty=True).rows
-        build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,
-                              vocab_size=c.vocab_size, seed=c.seed + 1)
-        run = GRPOInWM(env=c.env, rows=str(self.path("data", "rl_train.jsonl")), agent_path=str(self.path("agent_init")),
+        demos = self.path("data", "sft_train.jsonl")
+        demo_rows = read_jsonl(demos, allow_empty=True).rows if demos.is_file() else []
+        figures: dict[str, Any] = {}
+        if c.agent_sft_steps and demo_rows:
+            # The warm start: SFT on the gold demos, so that the agent has some real success before GRPO.
+            figures["agent_sft"] = train_agent_on_demos(AgentSFT(
+                demos=str(demos), tasks=str(self.path("data", "rl_train.jsonl")), out=str(self.path("agent")),
+                steps=c.agent_sft_steps, size=c.size, vocab_size=c.vocab_size, cutoff_len=c.cutoff_len,
+                seed=c.seed))
+        else:
+            agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + demo_rows
+            build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,
+                                  vocab_size=c.vocab_size, seed=c.seed + 1)
+            figures["agent_sft"] = {"skipped": "no gold demos" if c.agent_sft_steps else "agent_sft_steps is 0"}
+        name, agent = self._agent_before_grpo()
+        run = GRPOInWM(env=c.env, rows=str(self.path("data", "rl_train.jsonl")), agent_path=str(agent),
                        steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length, run_name="demo_grpo",
                        launcher="demo")
         with self._stack() as endpoint:
-            return run_grpo_in_wm(run, endpoint, self.path("grpo"), self.path("agent_grpo"), self.path("grpo.log"))
+            figures.update(run_grpo_in_wm(run, endpoint, self.path("grpo"), self.path("agent_grpo"),
+                                          self.path("grpo.log")))
+        return {**figures, "agent_before_grpo": name}
 
     # --- 5. agent evaluation and WM fidelity -------------------------------------------------------
 
@@ -263,8 +286,8 @@ class Demo:
         results = {}
         # An env expert that reads only the conversation (AppWorld's) is a competent agent in both worlds: its
         # Real / WM / W2R say how far the world model is from the real env for an agent that can do the tasks.
-        agents = {"agent_init": {"agent_path": str(self.path("agent_init"))},
-                  "agent_grpo": {"agent_path": str(self.path("agent_grpo"))}}
+        before, agent = self._agent_before_grpo()
+        agents = {before: {"agent_path": str(agent)}, "agent_grpo": {"agent_path": str(self.path("agent_grpo"))}}
         if get_env(c.env).conversation_expert:
             agents["expert"] = {"agent": "expert"}
         with self._stack() as endpoint:

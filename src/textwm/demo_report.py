@@ -89,7 +89,12 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
                   *budget_winner(scores, trained), ""]
 
     grpo = fig.get("grpo", {})
+    sft = grpo.get("agent_sft") or {}
+    start = (f"the agent trained on {sft['demos']} gold demos first ({sft['turn_rows']} turn rows, {sft['steps']} "
+             f"steps, final loss {sft['train_loss']})" if "demos" in sft else
+             f"a random agent ({sft.get('skipped', 'no SFT step')})")
     lines += [f"## 4. GRPO inside the world model (swift rlhf, {spec.title} plugin)", "",
+              f"- start: {start}",
               f"- {grpo.get('reward_metric', 'reward')} per step: {grpo.get('reward_per_step')}",
               f"- turns per step: {grpo.get('turns_per_step')}; episodes: {grpo.get('episodes')}",
               f"- steps answered by the local responder: {grpo.get('local_answered_steps')}, by the world model: "

@@ -8,7 +8,10 @@ checked healthy and always stopped (the demo's and the comparison's GRPO and age
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +37,11 @@ def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy
 
     check_ports_free(wm_port, proxy_port)
     server, proxy = ManagedProcess("wm_server", log_dir), ManagedProcess("wm_proxy", log_dir)
+    # A SIGTERM (a job's time limit, `timeout`, kill) would end Python without `finally`, leaving both servers
+    # running with their ports taken: turn it into SystemExit while the stack is up.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     spec = BackendSpec(backend="native", model_path=str(model_path), port=wm_port, served_model_name=served_model_name,
                        device=device, max_model_len=max_model_len, decode=decode)
     try:
@@ -45,3 +53,5 @@ def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy
     finally:
         proxy.stop()
         server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
