@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                        ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int),
                        ("agent_size", str), ("agent_vocab_size", int), ("agent_cutoff_len", int),
                        ("agent_sft_steps", int), ("agent_learning_rate", float),
-                       ("grpo_steps", int), ("grpo_turns", int), ("agent_episodes", int), ("agent_turns", int),
+                       ("grpo_steps", int), ("grpo_turns", int), ("grpo_learning_rate", float),
+                       ("grpo_generations", int), ("grpo_completion_length", int), ("agent_episodes", int),
+                       ("agent_turns", int),
                        ("workers", int), ("wm_port", int), ("proxy_port", int)):
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: {getattr(defaults, name)}")
     args = p.parse_args(argv)

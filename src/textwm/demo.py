@@ -79,6 +79,8 @@ class DemoConfig:
         builder = get_env(self.env).dataset_builder()
         if builder is None or not hasattr(builder, "demo_config"):
             raise ValueError(f"env {self.env!r} has no demo (its dataset builder has no demo_config)")
+        if self.agent_sft_steps < 0:
+            raise ValueError(f"agent_sft_steps must be >= 0 (0: GRPO from a random agent), got {self.agent_sft_steps}")
         unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
         if unknown or "sdar" not in self.families:
             raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "
@@ -244,8 +246,10 @@ class Demo:
                                                     denoising_steps=c.denoising_steps))
 
     def _agent_before_grpo(self) -> tuple[str, Path]:
+        from textwm.training.agent_sft import sft_agent_path
+
         """The agent GRPO starts from: trained on the gold demos when the stage did that, else the random one."""
-        sft = self.path("agent", "sft", "final")
+        sft = sft_agent_path(self.path("agent"))
         return ("agent_sft", sft) if sft.is_dir() else ("agent_init", self.path("agent_init"))
 
     def stage_grpo(self) -> dict[str, Any]:

@@ -212,3 +212,30 @@ def test_the_report_says_when_train_seconds_were_shared():
     assert shared_device_note(shared, "scratch") == [
         "Train s is wall clock with arms sharing the device: scratch/ar trained alongside 1 other(s), "
         "scratch/sdar trained alongside 1 other(s).\n"]
+
+
+def test_a_stage2_setting_change_redoes_stage2_and_keeps_the_world_models(tmp_path):
+    from textwm.experiments.wm_comparison import Comparison
+
+    config = ComparisonConfig.create(smoke=True, out=str(tmp_path))
+    first = Comparison(config, echo=lambda line: None)
+    first.state["done"] = {"data": {}, "train/scratch/ar": {"steps": 40}, "agent/sft": {}, "grpo/convert/ar": {},
+                           "fidelity/convert/ar": {}}
+    (tmp_path / "state.json").write_text(json.dumps(first.state))
+    said = []
+    again = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), grpo_steps=3), echo=said.append)
+    assert set(again.state["done"]) == {"data", "train/scratch/ar"}
+    assert "Stage 2 settings changed (grpo_steps: 1 -> 3): the world models are kept" in said[0]
+    with pytest.raises(ValueError, match="other settings \\(steps: 40 -> 41"):
+        Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), steps=41))
+
+
+def test_an_arm_that_finished_unrecorded_is_not_trained_again(tmp_path):
+    from textwm.experiments.wm_comparison import ARM_RECORD, Comparison
+
+    comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
+    arm = comparison.arms[0]
+    (tmp_path / "arms" / arm.folder / "final").mkdir(parents=True)
+    (tmp_path / "arms" / arm.folder / ARM_RECORD).write_text(json.dumps({"steps": 40, "train_loss": 1.5}))
+    # no model, no data: training would fail; the record of the finished arm is used instead
+    assert comparison.train_arm(arm) == {"steps": 40, "train_loss": 1.5}

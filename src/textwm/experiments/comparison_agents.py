@@ -17,10 +17,16 @@ of one regime: ``convert`` when it ran (the recipe the paper's models come from)
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
-#: The real-env figures kept per agent (textwm.eval.episodes.summarize).
-REAL_FIELDS = ("episodes", "successes", "success_rate", "success_ci95", "mean_score", "mean_turns", "reasons")
+from textwm.training.agent_sft import sft_agent_path
+
+#: The real-env figures kept per agent (textwm.eval.episodes.summarize): the failures too, so that episodes an
+#: agent or env error ended (counted as unsuccessful) are shown, not folded into a plausible 0.
+REAL_FIELDS = ("episodes", "successes", "success_rate", "success_ci95", "mean_score", "mean_turns", "reasons",
+               "agent_errors", "env_errors", "unparseable_replies")
 
 
 def wm_arms(comparison: Any) -> list[Any]:
@@ -30,11 +36,25 @@ def wm_arms(comparison: Any) -> list[Any]:
     return [a for a in comparison.arms if a.scored and a.regime == regime and a.family in c.grpo_families]
 
 
+def sft_agent(comparison: Any) -> Path:
+    return sft_agent_path(comparison.path("agent"))
+
+
 def run_stage2(comparison: Any) -> None:
     """Every Stage-2 step of ``comparison`` not done yet, each recorded in its state."""
+    from textwm.experiments.wm_comparison import AGENT_FILES, ComparisonError
+
+    c = comparison.config
+    for name in AGENT_FILES:      # a run folder whose data stage ran with Stage 2 off has not copied them
+        target = comparison.path("data", name)
+        if not target.is_file():
+            if not (c.data_dir and (Path(c.data_dir) / name).is_file()):
+                raise ComparisonError(f"Stage 2 needs {target}: it is not in the run folder"
+                                      + (f" nor in --data-dir {c.data_dir}" if c.data_dir else ""))
+            shutil.copyfile(Path(c.data_dir) / name, target)
     step = comparison._step
     step("agent/sft", lambda: train_agent(comparison))
-    step("agent/eval/sft", lambda: eval_agent(comparison, comparison.path("agent", "sft", "final"), "sft"))
+    step("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft"))
     for arm in wm_arms(comparison):
         name = f"grpo_{arm.folder}"
         step(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm))
@@ -87,7 +107,7 @@ def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
         out = run(EvalConfig(mode="all", env=c.env, output_dir=str(comparison.path("agent_eval", f"fidelity_{arm.folder}")),
                              rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
                              max_turns=c.agent_turns, workers=c.workers, device="auto",
-                             agent_path=str(comparison.path("agent", "sft", "final")), wm_endpoint=endpoint,
+                             agent_path=str(sft_agent(comparison)), wm_endpoint=endpoint,
                              wm_max_tokens=c.gen_length))
     fidelity = out["fidelity"]
     return {"world_model": arm.name, **{k: fidelity[k] for k in ("real", "wm", "w2r", "cr", "cr_note")}}
@@ -99,10 +119,11 @@ def grpo_in_arm(comparison: Any, arm: Any, name: str) -> dict[str, Any]:
     from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
 
     c = comparison.config
-    run = GRPOInWM(env=c.env, rows=str(comparison.path("data", "rl_train.jsonl")),
-                   agent_path=str(comparison.path("agent", "sft", "final")), steps=c.grpo_steps, turns=c.grpo_turns,
-                   wm_max_tokens=c.gen_length, num_gpus=1 if torch.cuda.is_available() else 0, run_name=name,
-                   launcher="wm_comparison")
+    run = GRPOInWM(env=c.env, rows=str(comparison.path("data", "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
+                   steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length,
+                   num_gpus=1 if torch.cuda.is_available() else 0, num_generations=c.grpo_generations,
+                   batch_size=c.grpo_generations, max_completion_length=c.grpo_completion_length,
+                   learning_rate=c.grpo_learning_rate, run_name=name, launcher="wm_comparison")
     with _served(comparison, arm) as endpoint:
         figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", arm.folder), comparison.path("agent", name),
                                  comparison.path(f"grpo_{arm.folder}.log"))

@@ -47,7 +47,7 @@ def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
     arms = [a for a in comparison.arms if a.regime == regime and a.scored]
     head = [a for a in comparison.arms if a.regime == regime and not a.scored]
     # Rows the scores leave out are counted, not hidden: ERROR / overlong greedy rows, failed sampled decodings.
-    columns = (["arm", "steps", "answer tokens", "train loss", "train s", "rows scored", "greedy rows dropped",
+    columns = (["arm", "steps", "answer tokens", "train loss (mean of logged)", "train s", "rows scored", "greedy rows dropped",
                 "sampled rows dropped"] + [m[0] for m in METRICS])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for arm in arms:
@@ -130,10 +130,13 @@ def stage2_section(comparison: Any) -> list[str]:
     lines = ["## Stage 2: GRPO inside each world model, success in the real env\n",
              f"One AR agent (`{c.agent_size}` shape) trained on {sft['demos']} gold demos ({sft['turn_rows']} "
              f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
-             f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first). "
+             f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first; "
+             f"{c.grpo_generations} rollouts per task, {c.grpo_completion_length} tokens per reply, learning rate "
+             f"{c.grpo_learning_rate:g}). "
              f"Real env: {c.agent_episodes} held-out task rows, up to {c.agent_turns} turns.\n",
              "| agent | GRPO inside | episodes | successes | success rate | 95% interval (Wilson) | mean score | "
-             "reward per GRPO step | WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|"]
+             "failed episodes (agent / env errors), unparseable replies | reward per GRPO step | "
+             "WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = [("sft", "none (before GRPO)", "agent/eval/sft", None)]
     rows += [(f"grpo_{a.folder}", a.name, f"agent/eval/grpo_{a.folder}", f"grpo/{a.name}") for a in wm_arms(comparison)]
     for name, inside, key, grpo_key in rows:
@@ -143,6 +146,7 @@ def stage2_section(comparison: Any) -> list[str]:
         steps = f"{g['wm_answered_steps']} / {g['local_answered_steps']}, {g['wm_errors']}" if g else ""
         lines.append(f"| {name} | {inside} | {r['episodes']} | {r['successes']} | {_fmt(r['success_rate'])} | "
                      f"{fmt_ci(r.get('success_ci95'))} | {_fmt(r['mean_score'])} | "
+                     f"{r.get('agent_errors')} / {r.get('env_errors')}, {r.get('unparseable_replies')} | "
                      f"{g.get('reward_per_step', '')} | {steps} |")
     lines += ["", "The SFT agent as the fixed agent, with each world model (Word2World fidelity: WM = success "
               "inside the world model, W2R = the WM episodes' actions replayed in the real env, CR = W2R / Real):\n",

@@ -33,6 +33,7 @@ import json
 import logging
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +50,15 @@ REGIMES = ("scratch", "convert")
 BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
-NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port", "workers")
+NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
+#: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
+STAGE2_SETTINGS = ("stage2", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
+                   "agent_learning_rate", "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate",
+                   "grpo_generations", "grpo_completion_length", "agent_episodes", "agent_turns", "workers")
+#: The state keys of Stage 2's steps.
+STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
+#: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
+ARM_RECORD = "train_record.json"
 #: Stage 2's files from the data folder: GRPO task rows, held-out task rows, gold demos.
 AGENT_FILES = ("rl_train.jsonl", "rl_test.jsonl", "sft_train.jsonl")
 #: Where :meth:`Comparison.run` may stop.
@@ -66,8 +75,8 @@ class ComparisonConfig:
     smoke: bool = False
     families: tuple[str, ...] = FAMILIES
     regimes: tuple[str, ...] = REGIMES
-    # Defaults sized for one H200 (scripts/results/README.md): the scratch regime's three arms trained at once
-    # (parallel 3) in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
+    # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
+    # trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
     size: str = "qwen3-0.6b"
     vocab_size: int = 4096
     steps: int = 1000
@@ -98,6 +107,10 @@ class ComparisonConfig:
     grpo_families: tuple[str, ...] = ("ar", "sdar")
     grpo_steps: int = 20
     grpo_turns: int = 8
+    grpo_learning_rate: float = 1e-5
+    #: Rollouts per task row (GRPO's group) and the agent's tokens per reply in them (a gold action is <= ~25 words).
+    grpo_generations: int = 4
+    grpo_completion_length: int = 48
     agent_episodes: int = 30
     agent_turns: int = 30
     workers: int = 4
@@ -117,7 +130,8 @@ class ComparisonConfig:
             raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
                              f"got {self.head_start}")
         for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
-                     "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns"):
+                     "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns",
+                     "grpo_generations", "grpo_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature <= 0:
@@ -130,7 +144,8 @@ class ComparisonConfig:
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
                             save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
-                            agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4,
+                            agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_generations=2,
+                            grpo_completion_length=16, grpo_turns=3, agent_episodes=2, agent_turns=4,
                             workers=2)
         return cls(**{**settings, **overrides})
 
@@ -251,11 +266,17 @@ class Comparison:
         self.state: dict[str, Any] = {"config": self.settings, "done": {}}
         if self.state_file.exists():
             saved = json.loads(self.state_file.read_text())
-            changed = [f"{k}: {saved['config'].get(k)!r} -> {v!r}" for k, v in self.settings.items()
-                       if saved["config"].get(k) != v]
-            if changed:
-                raise ValueError(f"{self.out} holds a comparison with other settings ({', '.join(changed)}); "
+            changed = {k: f"{k}: {saved['config'].get(k)!r} -> {v!r}" for k, v in self.settings.items()
+                       if saved["config"].get(k) != v}
+            if set(changed) - set(STAGE2_SETTINGS):
+                raise ValueError(f"{self.out} holds a comparison with other settings ({', '.join(changed.values())}); "
                                  "use --fresh or another --out")
+            if changed:
+                redone = [k for k in saved["done"] if k.startswith(STAGE2_STEPS)]
+                echo(f"Stage 2 settings changed ({', '.join(changed.values())}): the world models are kept, "
+                     f"Stage 2 is redone{' (' + ', '.join(redone) + ')' if redone else ''}")
+                saved["done"] = {k: v for k, v in saved["done"].items() if k not in redone}
+                saved["config"] = self.settings
             self.state = saved
         self.arms = plan_arms(config)
 
@@ -300,13 +321,15 @@ class Comparison:
             return None
         for arm in scored:
             self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
+        from textwm.experiments.comparison_report import write_report
+
+        report = write_report(self)     # the world models' report first: a Stage-2 failure does not lose it
         if self.config.stage2:
             from textwm.experiments.comparison_agents import run_stage2
 
+            self.echo(f"world models' report: {report}; Stage 2 ...")
             run_stage2(self)
-        from textwm.experiments.comparison_report import write_report
-
-        report = write_report(self)
+            report = write_report(self)
         self.echo(f"comparison finished: {report}")
         return report
 
@@ -338,6 +361,9 @@ class Comparison:
             demo = DemoConfig.create(smoke=c.smoke, env=c.env, out=str(self.path("demo_settings")), seed=c.seed)
             build(c.env, get_env(c.env).dataset_builder().demo_config(data, demo))
             test = read_jsonl(data / "wm_test.jsonl").rows
+        if c.stage2 and not read_jsonl(data / "sft_train.jsonl", allow_empty=True).rows:
+            raise ComparisonError(f"{data / 'sft_train.jsonl'} has no gold demos: Stage 2's agent is trained on them "
+                                  "(pass --no-stage2 to compare the world models alone)")
         rows = random.Random(c.seed).sample(test, min(c.eval_rows, len(test)))   # a fixed sample of held-out rows
         write_jsonl(data / "eval_test.jsonl", rows)
         train_rows = len(read_jsonl(data / "wm_train.jsonl").rows)
@@ -385,34 +411,57 @@ class Comparison:
 
     def _train_concurrently(self, wave: list[Arm]) -> None:
         import multiprocessing
+        import signal
 
         # spawn: a forked child of a process that touched CUDA cannot use it.
         context = multiprocessing.get_context("spawn")
         jobs = []
-        for arm in wave:
-            record = self.path("arms", arm.folder, "train_record.json")
-            record.unlink(missing_ok=True)
-            process = context.Process(target=_train_in_child, args=(self.config, arm, str(record)),
-                                      name=f"train/{arm.name}")
-            process.start()
-            jobs.append((arm, process, record))
-        self.echo(f"{', '.join(f'train/{a.name}' for a in wave)}: training at once ...")
-        failed = []
-        for arm, process, record in jobs:
-            process.join()
-            if process.exitcode != 0 or not record.is_file():
-                failed.append(f"train/{arm.name} (exit code {process.exitcode}; its traceback is in the log above)")
-                continue
-            result = json.loads(record.read_text())
-            result["concurrent_arms"] = len(wave)
-            self.state["done"][f"train/{arm.name}"] = result
-            write_json(self.state_file, self.state)     # what finished is kept even if a sibling failed
-            self.echo(f"train/{arm.name}: {result['seconds']:.0f} s (wall clock, {len(wave)} arms at once)")
+        # A SIGTERM to this process (a job's limit, `timeout`) must not leave the trainers running: a rerun would
+        # start new ones writing the same checkpoints. It becomes SystemExit, and `finally` stops the children.
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        try:
+            for arm in wave:
+                process = context.Process(target=_train_in_child, args=(self.config, arm), name=f"train/{arm.name}")
+                process.start()
+                jobs.append((arm, process))
+            self.echo(f"{', '.join(f'train/{a.name}' for a in wave)}: training at once ...")
+            failed = []
+            for arm, process in jobs:
+                process.join()
+                record = self.path("arms", arm.folder, ARM_RECORD)
+                if process.exitcode != 0 or not record.is_file():
+                    failed.append(f"train/{arm.name} (exit code {process.exitcode}; its traceback is in the log "
+                                  "above)")
+                    continue
+                result = {**json.loads(record.read_text()), "concurrent_arms": len(wave)}
+                self.state["done"][f"train/{arm.name}"] = result
+                write_json(self.state_file, self.state)     # what finished is kept even if a sibling failed
+                self.echo(f"train/{arm.name}: {result['seconds']:.0f} s (wall clock, {len(wave)} arms at once)")
+        finally:
+            for _, process in jobs:
+                if process.is_alive():
+                    process.terminate()
+                    process.join(30)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if failed:
             raise ComparisonError(f"training failed: {'; '.join(failed)}. A rerun resumes each from its last "
                                   "checkpoint")
 
     def train_arm(self, arm: Arm) -> dict[str, Any]:
+        """Train ``arm`` (or resume it), write its record beside its checkpoints and return it. An arm whose
+        record and final model exist is not trained again: it finished in a run that stopped before recording
+        it (a resumed trainer would run no steps and report a loss of 0)."""
+        record = self.path("arms", arm.folder, ARM_RECORD)
+        if record.is_file() and self.path("arms", arm.folder, "final").is_dir():
+            self.echo(f"train/{arm.name}: finished earlier, its record is {record}")
+            return json.loads(record.read_text())
+        started = time.perf_counter()
+        result = {**self._train(arm), "seconds": None}
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        write_json(record, result)
+        return result
+
+    def _train(self, arm: Arm) -> dict[str, Any]:
         import torch
 
         from textwm.training.config import SFTConfig
@@ -432,8 +481,12 @@ class Comparison:
             # An arm cut short continues from its last checkpoint.
             resume_from_checkpoint=True if any(self.path("arms", arm.folder).glob("checkpoint-*")) else None,
             block_length=BLOCKS[arm.family], seed=c.seed, **fast))
+        # The trainer's log history is restored on a resume, so the curve (and its mean) covers every step; the
+        # trainer's own train_loss covers the steps of its last run only.
         curve = [(h["step"], h["loss"]) for h in result.log_history if "loss" in h and "step" in h]
-        return {"steps": result.global_step, "train_loss": round(result.train_loss, 4),
+        mean = sum(loss for _, loss in curve) / len(curve) if curve else result.train_loss
+        return {"steps": result.global_step, "train_loss": round(mean, 4),
+                "last_run_train_loss": round(result.train_loss, 4),
                 "tokens_seen": result.tokens_seen, "answer_tokens_seen": result.answer_tokens_seen,
                 "data_digest": result.data_digest, "loss_curve": curve,
                 "train_samples_per_second": result.metrics.get("train_samples_per_second")}
@@ -482,11 +535,8 @@ class Comparison:
                 "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}
 
 
-def _train_in_child(config: ComparisonConfig, arm: Arm, record: str) -> None:
-    """One arm's training in its own process (:meth:`Comparison.train_all` with ``parallel`` > 1); the record
-    goes to a file that the parent adds to ``state.json``."""
+def _train_in_child(config: ComparisonConfig, arm: Arm) -> None:
+    """One arm's training in its own process (:meth:`Comparison.train_all` with ``parallel`` > 1); its record
+    (``arms/<arm>/train_record.json``) is what the parent adds to ``state.json``."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {arm.name} %(levelname)s %(name)s: %(message)s")
-    comparison = Comparison(config, echo=lambda line: log.info("%s", line))
-    started = time.perf_counter()
-    result = comparison.train_arm(arm)
-    write_json(Path(record), {**result, "seconds": round(time.perf_counter() - started, 1)})
+    Comparison(config, echo=lambda line: log.info("%s", line)).train_arm(arm)

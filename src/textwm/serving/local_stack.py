@@ -39,19 +39,24 @@ def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy
     server, proxy = ManagedProcess("wm_server", log_dir), ManagedProcess("wm_proxy", log_dir)
     # A SIGTERM (a job's time limit, `timeout`, kill) would end Python without `finally`, leaving both servers
     # running with their ports taken: turn it into SystemExit while the stack is up.
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     spec = BackendSpec(backend="native", model_path=str(model_path), port=wm_port, served_model_name=served_model_name,
                        device=device, max_model_len=max_model_len, decode=decode)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
     try:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         server.start(server_command(spec))
         server.wait_healthy(f"http://127.0.0.1:{wm_port}/health", server_timeout_s)
         proxy.start([*proxy_command(proxy_port, f"http://127.0.0.1:{wm_port}"), "--timeout", str(int(proxy_timeout_s))])
         proxy.wait_healthy(f"http://127.0.0.1:{proxy_port}/health", 60)
         yield f"http://127.0.0.1:{proxy_port}/"
     finally:
-        proxy.stop()
-        server.stop()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if on_main_thread:        # a second SIGTERM must not cut the stopping short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            proxy.stop()
+        finally:
+            server.stop()
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

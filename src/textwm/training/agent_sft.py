@@ -34,13 +34,20 @@ class AgentSFT:
     @property
     def final(self) -> Path:
         """The trained agent's checkpoint."""
-        return Path(self.out) / "sft" / "final"
+        return sft_agent_path(self.out)
+
+
+def sft_agent_path(out: str | Path) -> Path:
+    """Where :func:`train_agent_on_demos` with ``out`` puts the trained agent."""
+    return Path(out) / "sft" / "final"
 
 
 def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
     """Build the agent (``<out>/init``) and train it (``<out>/sft/final``); returns what it trained on and how."""
     import torch
 
+    if job.steps < 1:
+        raise ValueError(f"agent SFT steps must be >= 1, got {job.steps}")
     from textwm.data.agent_turns import agent_turn_rows
     from textwm.models.tiny import build_tiny_checkpoint, chat_texts
     from textwm.training.config import SFTConfig
