@@ -1,6 +1,7 @@
 """scripts/wm_comparison.py: the arm plan, the same-data check, the diversity of sampled decodings, and
 (slow tier) the whole comparison on the CPU with --smoke, resumed."""
 
+import dataclasses
 import itertools
 import json
 
@@ -215,8 +216,9 @@ def test_the_report_says_when_train_seconds_were_shared():
 
 
 def test_a_stage2_setting_change_redoes_stage2_and_keeps_the_world_models(tmp_path):
-    from textwm.experiments.wm_comparison import Comparison
+    from textwm.experiments.wm_comparison import STAGE2_SETTINGS, Comparison
 
+    assert set(STAGE2_SETTINGS) <= {f.name for f in dataclasses.fields(ComparisonConfig)}
     config = ComparisonConfig.create(smoke=True, out=str(tmp_path))
     first = Comparison(config, echo=lambda line: None)
     first.state["done"] = {"data": {}, "train/scratch/ar": {"steps": 40}, "agent/sft": {}, "grpo/convert/ar": {},

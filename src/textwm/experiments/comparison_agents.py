@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from textwm.experiments.common import AGENT_FILES, BLOCKS, ComparisonError
 from textwm.training.agent_sft import sft_agent_path
 
 #: The real-env figures kept per agent (textwm.eval.episodes.summarize): the failures too, so that episodes an
@@ -42,8 +43,6 @@ def sft_agent(comparison: Any) -> Path:
 
 def run_stage2(comparison: Any) -> None:
     """Every Stage-2 step of ``comparison`` not done yet, each recorded in its state."""
-    from textwm.experiments.wm_comparison import AGENT_FILES, ComparisonError
-
     c = comparison.config
     for name in AGENT_FILES:      # a run folder whose data stage ran with Stage 2 off has not copied them
         target = comparison.path("data", name)
@@ -72,13 +71,19 @@ def train_agent(comparison: Any) -> dict[str, Any]:
         cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed))
 
 
-def eval_agent(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
+def _evaluate(comparison: Any, agent_path: Any, name: str, **wm: Any) -> dict[str, Any]:
+    """``textwm.eval.run`` of an agent on the held-out task rows: the real env alone, or with ``wm`` (the
+    endpoint and its settings) also in the world model and replayed."""
     from textwm.eval.run import EvalConfig, run
 
     c = comparison.config
-    out = run(EvalConfig(mode="agent-real", env=c.env, output_dir=str(comparison.path("agent_eval", name)),
-                         rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
-                         max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path)))
+    return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path("agent_eval", name)),
+                          rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                          max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path), **wm))
+
+
+def eval_agent(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
+    out = _evaluate(comparison, agent_path, name)
     return {k: out["real"].get(k) for k in REAL_FIELDS}
 
 
@@ -86,7 +91,6 @@ def _served(comparison: Any, arm: Any) -> Any:
     """The arm's world model behind the proxy (greedy, the comparison's decoding settings)."""
     import torch
 
-    from textwm.experiments.wm_comparison import BLOCKS
     from textwm.generation.settings import DecodeSettings
     from textwm.serving.local_stack import local_wm_stack
 
@@ -100,15 +104,9 @@ def _served(comparison: Any, arm: Any) -> Any:
 
 def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
     """Real / WM / W2R / CR of the SFT agent with the arm's world model (textwm.eval.run, mode ``all``)."""
-    from textwm.eval.run import EvalConfig, run
-
-    c = comparison.config
     with _served(comparison, arm) as endpoint:
-        out = run(EvalConfig(mode="all", env=c.env, output_dir=str(comparison.path("agent_eval", f"fidelity_{arm.folder}")),
-                             rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
-                             max_turns=c.agent_turns, workers=c.workers, device="auto",
-                             agent_path=str(sft_agent(comparison)), wm_endpoint=endpoint,
-                             wm_max_tokens=c.gen_length))
+        out = _evaluate(comparison, sft_agent(comparison), f"fidelity_{arm.folder}", wm_endpoint=endpoint,
+                        wm_max_tokens=comparison.config.gen_length)
     fidelity = out["fidelity"]
     return {"world_model": arm.name, **{k: fidelity[k] for k in ("real", "wm", "w2r", "cr", "cr_note")}}
 

@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.experiments.common import AGENT_FILES, BLOCKS, FAMILIES, REGIMES, ComparisonError
+
+__all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
+           "ComparisonError", "plan_arms"]
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("ar", "sdar", "wedlm")
-REGIMES = ("scratch", "convert")
-#: SDAR's block length, WeDLM's masking block (the demo's and the paper's settings for these sizes).
-BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
 NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
@@ -59,8 +59,6 @@ STAGE2_SETTINGS = ("stage2", "agent_size", "agent_vocab_size", "agent_cutoff_len
 STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
 ARM_RECORD = "train_record.json"
-#: Stage 2's files from the data folder: GRPO task rows, held-out task rows, gold demos.
-AGENT_FILES = ("rl_train.jsonl", "rl_test.jsonl", "sft_train.jsonl")
 #: Where :meth:`Comparison.run` may stop.
 UNTIL = ("train", "generate", "report")
 
@@ -241,10 +239,6 @@ def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list
         lines.append(f"{regime} from {start}: {', '.join(seen)} saw the same {tokens} answer tokens in the same "
                      f"order (digest {digest[:12]})")
     return lines
-
-
-class ComparisonError(RuntimeError):
-    """A run that cannot go on as asked (the message says which arm, file or setting and why)."""
 
 
 class Comparison:
