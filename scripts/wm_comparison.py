@@ -2,7 +2,7 @@
 
     python scripts/wm_comparison.py --smoke --out runs/wm_comparison_smoke           # CPU, a few minutes
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison   # one GPU
-    python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --until generate
+    python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --until agents  # GPU part
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --parallel 3  # 3 arms at once
 """
 
@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny models, the env's smallest demo data (CPU, CI)")
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     p.add_argument("--until", choices=UNTIL, default="report",
-                   help="train: stop once every arm is trained; generate: once every arm has decoded (the GPU part; score "
-                        "and report later, anywhere)")
+                   help="train: stop once every arm is trained; generate: once every arm has decoded; agents: once "
+                        "Stage 2 is done too (all the GPU work); score and report later, anywhere, without --until")
     p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")

@@ -74,3 +74,41 @@ def test_eval_generate_with_the_static_engine_writes_the_reference_rows(tiny_sda
         assert res.returncode == 0, res.stderr
         outputs[engine] = [r["prediction_raw"] for r in _rows(out / "test_outputs.jsonl")]
     assert outputs["static"] == outputs["reference"]
+
+
+@pytest.mark.parametrize("family", ["sdar", "ar"])
+def test_passes_of_one_call_write_what_separate_calls_write(family, request, data_dir, tmp_path):
+    """Greedy + a seeded sample with one model load give the rows of two calls of their own."""
+    from textwm.generation.runner import EvalGenerateConfig, run, run_passes
+    from textwm.generation.settings import DecodeSettings
+
+    model = request.getfixturevalue(f"tiny_{family}_dir")
+
+    def config(name, **decode):
+        return EvalGenerateConfig(model_path=str(model), data_dir=str(data_dir), datasets=["test"],
+                                  output_dir=str(tmp_path / name), num_gpus=0, per_batch=3,
+                                  decode=DecodeSettings(gen_length=8, **decode))
+
+    greedy, sampled = dict(temperature=0.0), dict(temperature=1.0, seed=7)
+    run_passes([config("one_greedy", **greedy), config("one_sampled", **sampled)])
+    run(config("alone_greedy", **greedy))
+    run(config("alone_sampled", **sampled))
+    for kind in ("greedy", "sampled"):
+        assert _rows(tmp_path / f"one_{kind}" / "test_outputs.jsonl") == \
+            _rows(tmp_path / f"alone_{kind}" / "test_outputs.jsonl")
+    summary = json.loads((tmp_path / "one_sampled" / "eval_generate_config.json").read_text())
+    assert summary["passes"] == 2 and summary["config"]["decode"]["seed"] == 7
+    assert 0 < summary["decode_seconds"] <= summary["seconds"]
+
+
+def test_passes_that_differ_beyond_their_decoding_are_refused(tiny_ar_dir, data_dir, tmp_path):
+    from textwm.config import ConfigError
+    from textwm.generation.runner import EvalGenerateConfig, run_passes
+
+    base = dict(model_path=str(tiny_ar_dir), data_dir=str(data_dir), datasets=["test"], num_gpus=0)
+    with pytest.raises(ConfigError, match="pass 2 differs from pass 1 in per_batch"):
+        run_passes([EvalGenerateConfig(output_dir=str(tmp_path / "a"), **base),
+                    EvalGenerateConfig(output_dir=str(tmp_path / "b"), per_batch=2, **base)])
+    with pytest.raises(ConfigError, match="same folder"):
+        run_passes([EvalGenerateConfig(output_dir=str(tmp_path / "a"), **base)] * 2)
+    assert not (tmp_path / "a").exists()      # refused before any work

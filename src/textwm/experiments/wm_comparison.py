@@ -60,7 +60,7 @@ STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
 ARM_RECORD = "train_record.json"
 #: Where :meth:`Comparison.run` may stop.
-UNTIL = ("train", "generate", "report")
+UNTIL = ("train", "generate", "agents", "report")
 
 
 @dataclass(frozen=True)
@@ -292,9 +292,10 @@ class Comparison:
 
     def run(self, *, until: str = "report") -> Path | None:
         """Every step up to ``until``: ``train`` stops once every arm is trained; ``generate`` once every arm
-        has decoded the held-out rows (on a GPU machine; the scoring and report then run anywhere the run
-        folder's ``state.json`` and ``eval/`` are, e.g. a CPU machine with the metrics extras); ``report``
-        goes to the end."""
+        has decoded the held-out rows; ``agents`` once Stage 2 is done too, before any scoring (every step
+        that needs the world models, so all of a GPU machine's work); ``report`` goes to the end. After
+        ``generate`` or ``agents`` the scoring and report run anywhere the run folder's ``state.json``, ``data/``
+        and ``eval/`` are (a CPU machine with the metrics extras, say), with the same command without ``until``."""
         if until not in UNTIL:
             raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
         self._step("data", self.stage_data)
@@ -309,9 +310,14 @@ class Comparison:
         scored = [a for a in self.arms if a.scored]
         for arm in scored:
             self._step(f"generate/{arm.name}", lambda arm=arm: self.generate_arm(arm))
-        if until == "generate":
-            self.echo(f"every arm has decoded; score and report with the same command without --until: "
-                      f"{self.path('eval')} and {self.state_file} are all it needs")
+        if until in ("generate", "agents"):
+            if until == "agents" and self.config.stage2:
+                from textwm.experiments.comparison_agents import run_stage2
+
+                run_stage2(self)
+            self.echo(f"every arm has decoded{' and Stage 2 is done' if until == 'agents' else ''}; score and "
+                      f"report with the same command without --until: {self.path('eval')}, {self.path('data')} and "
+                      f"{self.state_file} are all it needs")
             return None
         for arm in scored:
             self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
@@ -487,34 +493,32 @@ class Comparison:
 
     # --- evaluation ------------------------------------------------------------------------------------
 
-    def _generate(self, arm: Arm, out: Path, *, temperature: float, seed: int | None) -> dict[str, Any]:
+    def generate_arm(self, arm: Arm) -> dict[str, Any]:
+        """Greedy and ``samples`` sampled decodings of the held-out rows (GPU work; no scoring), one model load
+        for all of them (:func:`textwm.generation.runner.run_passes`)."""
         import torch
 
-        from textwm.generation.runner import EvalGenerateConfig
-        from textwm.generation.runner import run as generate
+        from textwm.generation.runner import EvalGenerateConfig, run_passes
         from textwm.generation.settings import DecodeSettings
 
         c = self.config
-        shutil.rmtree(out, ignore_errors=True)      # a decoding cut short is redone whole
-        generate(EvalGenerateConfig(
+        folder = self.path("eval", arm.folder)
+        shutil.rmtree(folder, ignore_errors=True)      # a decoding cut short is redone whole
+        passes = [("greedy", 0.0, None)] + [(f"sample_{k}", c.temperature, c.seed + k) for k in range(c.samples)]
+        run_passes([EvalGenerateConfig(
             model_path=str(self.path("arms", arm.folder, "final")), data_dir=str(self.path("data")),
-            datasets=["test"], output_dir=str(out), num_gpus=1 if torch.cuda.is_available() else 0,
+            datasets=["test"], output_dir=str(folder / name), num_gpus=1 if torch.cuda.is_available() else 0,
             per_batch=c.per_batch, decode=DecodeSettings(gen_length=c.gen_length, block_length=BLOCKS["sdar"],
                                                          denoising_steps=c.denoising_steps, temperature=temperature,
-                                                         seed=seed)))
-        return json.loads((out / "eval_generate_config.json").read_text())
-
-    def generate_arm(self, arm: Arm) -> dict[str, Any]:
-        """Greedy and ``samples`` sampled decodings of the held-out rows (GPU work; no scoring)."""
-        c = self.config
-        folder = self.path("eval", arm.folder)
-        greedy = self._generate(arm, folder / "greedy", temperature=0.0, seed=None)
-        for k in range(c.samples):
-            self._generate(arm, folder / f"sample_{k}", temperature=c.temperature, seed=c.seed + k)
-        # The decoding loop's rate (the decoder's speed), and the whole call's (worker start and model load too).
+                                                         seed=seed))
+            for name, temperature, seed in passes])
+        greedy = json.loads((folder / "greedy" / "eval_generate_config.json").read_text())
+        # The decoding loop's rate (the decoder's speed), and the whole call's (worker start, model load and every
+        # pass, greedy and sampled).
         return {"decode_tokens_per_second": greedy["decode_tokens_per_second"],
                 "decode_seconds": greedy["decode_seconds"], "call_tokens_per_second": greedy["tokens_per_second"],
-                "call_seconds": greedy["seconds"], "generated_tokens": greedy["generated_tokens"]}
+                "call_seconds": greedy["seconds"], "call_passes": greedy["passes"],
+                "generated_tokens": greedy["generated_tokens"]}
 
     def score_arm(self, arm: Arm) -> dict[str, Any]:
         """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""

@@ -203,17 +203,36 @@ def _decode_batch(config: EvalGenerateConfig, decoder: Any, tokenizer: Any, prom
 
 def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: str = "cpu") -> ShardResult:
     """Decode ``jobs`` on ``device`` (one model copy); runs in a worker process or in-process."""
-    from tqdm.auto import tqdm
+    return run_shard_passes([config], jobs, device, label)[0]
 
+
+def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device: str,
+                     label: str = "cpu") -> list[ShardResult]:
+    """Decode ``jobs`` once per config on ``device`` with one model load (the configs differ in their decoding
+    settings alone: :func:`run_passes`). The first pass's ``seconds`` include the model load."""
     from textwm.generation.decoders import make_decoder
     from textwm.models.checkpoint import load_model
     from textwm.training.data import ChatEncoder
 
     started = time.perf_counter()
-    loaded = load_model(config.model_path, device=device, dtype=config.dtype, mask_token_id=config.mask_token_id)
+    first = configs[0]
+    loaded = load_model(first.model_path, device=device, dtype=first.dtype, mask_token_id=first.mask_token_id)
     decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id,
-                           engine=config.engine)
+                           engine=first.engine)
     encoder = ChatEncoder(loaded.tokenizer)
+    results = []
+    for i, config in enumerate(configs):
+        tag = label if len(configs) == 1 else f"{label}, pass {i + 1}/{len(configs)}"
+        results.append(_decode_jobs(config, jobs, decoder, encoder, loaded.tokenizer, device, tag))
+        results[-1].seconds = time.perf_counter() - started
+        started = time.perf_counter()
+    return results
+
+
+def _decode_jobs(config: EvalGenerateConfig, jobs: list[Job], decoder: Any, encoder: Any, tokenizer: Any,
+                 device: str, label: str) -> ShardResult:
+    from tqdm.auto import tqdm
+
     result = ShardResult()
     encoded = _encode_jobs(config, jobs, encoder, result)
     if result.skipped_overlong:
@@ -223,18 +242,17 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
     batches = [encoded[i:i + config.per_batch] for i in range(0, len(encoded), config.per_batch)]
     decode_started = time.perf_counter()
     for batch in tqdm(batches, desc=f"generate [{label}]", unit="batch", mininterval=5.0):
-        texts = _decode_batch(config, decoder, loaded.tokenizer, [ids for _, ids in batch], result, device, label,
+        texts = _decode_batch(config, decoder, tokenizer, [ids for _, ids in batch], result, device, label,
                               retry=config.retry_singly)
         result.rows += [_row(config, job, text) for (job, _), text in zip(batch, texts)]
     result.decode_seconds = time.perf_counter() - decode_started
-    result.seconds = time.perf_counter() - started
     return result
 
 
-def _run_shard_on_gpu(args: tuple[EvalGenerateConfig, list[Job], int]) -> ShardResult:
-    config, jobs, gpu = args
+def _run_shards_on_gpu(args: tuple[list[EvalGenerateConfig], list[Job], int]) -> list[ShardResult]:
+    configs, jobs, gpu = args
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [gpu {gpu}] %(levelname)s %(message)s")
-    return run_shard(config, jobs, device=f"cuda:{gpu}", label=f"gpu {gpu}")
+    return run_shard_passes(configs, jobs, device=f"cuda:{gpu}", label=f"gpu {gpu}")
 
 
 def load_jobs(config: EvalGenerateConfig) -> dict[str, list[Job]]:
@@ -267,18 +285,47 @@ def workers_for(config: EvalGenerateConfig) -> int:
 
 def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
     """Generate for every dataset; returns per-dataset stats (rows, errors, seconds, tokens/s)."""
+    return run_passes([config])[0]
+
+
+#: The settings that may differ between the passes of one :func:`run_passes` call.
+PASS_SETTINGS = ("output_dir", "decode")
+
+
+def run_passes(configs: list[EvalGenerateConfig]) -> list[dict[str, dict[str, Any]]]:
+    """Several decodings of the same rows by the same model (say greedy, then K samples at a temperature), each
+    written as :func:`run` writes one, with one worker start and one model load per GPU for all of them.
+
+    The configs may differ only in :data:`PASS_SETTINGS`. Each pass's ``eval_generate_config.json`` has its own
+    ``decode_seconds`` / ``decode_tokens_per_second`` (its decoding loop) and ``generated_tokens``; ``seconds``
+    is the whole call (worker start, model load, every pass) and ``tokens_per_second`` every pass's tokens over
+    it; ``passes`` says how many shared it. Returns each pass's per-dataset stats."""
     from textwm.models.checkpoint import read_spec
 
-    check_output_dir(config.output_dir, "--output-dir")  # before any work: a bad path fails in a second
-    spec = read_spec(config.model_path, mask_token_id=config.mask_token_id)
+    if not configs:
+        raise ValueError("run_passes needs at least one config")
+    first = configs[0]
+    shared = [f.name for f in fields(first) if f.name not in PASS_SETTINGS]
+    for i, config in enumerate(configs[1:], start=2):
+        differ = [name for name in shared if getattr(config, name) != getattr(first, name)]
+        if type(config) is not type(first) or differ:
+            raise ConfigError(f"pass {i} differs from pass 1 in {', '.join(differ) or 'its type'}: the passes of "
+                              f"one call share everything but {', '.join(PASS_SETTINGS)}")
+    outputs = [config.output_dir for config in configs]
+    if len(set(outputs)) != len(outputs):
+        raise ConfigError("two passes write to the same folder", key="--output-dir")
+    for config in configs:
+        check_output_dir(config.output_dir, "--output-dir")  # before any work: a bad path fails in a second
+    spec = read_spec(first.model_path, mask_token_id=first.mask_token_id)
     if spec.family == "sdar":
-        spec.require_diffusion(config.decode.block_length, rules=config.decode.sdar_rules)
-    jobs_by_dataset = load_jobs(config)
+        for config in configs:
+            spec.require_diffusion(config.decode.block_length, rules=config.decode.sdar_rules)
+    jobs_by_dataset = load_jobs(first)
     all_jobs = [job for jobs in jobs_by_dataset.values() for job in jobs]
-    workers = workers_for(config)
+    workers = workers_for(first)
     started = time.perf_counter()
     if workers == 0:
-        shards = [run_shard(config, all_jobs, device="cpu")]
+        shards = [run_shard_passes(configs, all_jobs, device="cpu")]
     else:
         import multiprocessing
 
@@ -287,8 +334,16 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
             for i, job in enumerate(jobs):
                 per_gpu[i % workers].append(job)
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            shards = list(pool.map(_run_shard_on_gpu, [(config, per_gpu[g], g) for g in range(workers)]))
+            shards = list(pool.map(_run_shards_on_gpu, [(configs, per_gpu[g], g) for g in range(workers)]))
     elapsed = time.perf_counter() - started
+    all_tokens = sum(s.tokens for gpu in shards for s in gpu)
+    return [_write_pass(config, [gpu[i] for gpu in shards], jobs_by_dataset, workers, elapsed, all_tokens,
+                        len(configs)) for i, config in enumerate(configs)]
+
+
+def _write_pass(config: EvalGenerateConfig, shards: list[ShardResult], jobs_by_dataset: dict[str, list[Job]],
+                workers: int, elapsed: float, all_tokens: int, passes: int) -> dict[str, dict[str, Any]]:
+    """One pass's ``<name>_outputs.jsonl`` files and ``eval_generate_config.json``; returns its stats."""
     out_dir = Path(config.output_dir)
     by_dataset: dict[str, list[dict]] = {name: [] for name in config.datasets}
     for shard in shards:
@@ -307,16 +362,16 @@ def run(config: EvalGenerateConfig) -> dict[str, dict[str, Any]]:
         log.info("%s: %d rows -> %s (%d ERROR rows, %d %s rows)", name, len(mine), path, errors, skipped,
                  SKIPPED_OVERLONG)
     tokens = sum(s.tokens for s in shards)
-    # Workers decode side by side: the slowest one's loop is the decoding time of the call.
+    # Workers decode side by side: the slowest one's loop is the decoding time of the pass.
     decoding = max((s.decode_seconds for s in shards), default=0.0)
-    summary = {"config": config_dict(config), "workers": workers, "seconds": round(elapsed, 2),
-               "generated_tokens": tokens, "tokens_per_second": round(tokens / max(elapsed, 1e-9), 1),
+    summary = {"config": config_dict(config), "workers": workers, "passes": passes, "seconds": round(elapsed, 2),
+               "generated_tokens": tokens, "tokens_per_second": round(all_tokens / max(elapsed, 1e-9), 1),
                "decode_seconds": round(decoding, 2),
                "decode_tokens_per_second": round(tokens / decoding, 1) if decoding > 0 else None,
                "prompts_truncated": sum(s.truncated for s in shards),
                "prompts_skipped_overlong": sum(s.skipped_overlong for s in shards),
                "prompt_budget": config.prompt_budget(), "datasets": stats}
     write_json(out_dir / "eval_generate_config.json", summary)
-    log.info("generated %d tokens in %.1fs (%.1f tok/s; decoding alone %.1fs) with %d worker(s)", tokens, elapsed,
-             summary["tokens_per_second"], decoding, max(workers, 1))
+    log.info("generated %d tokens, decoding %.1fs (%s tok/s); the call: %d pass(es) in %.1fs with %d worker(s)",
+             tokens, decoding, summary["decode_tokens_per_second"], passes, elapsed, max(workers, 1))
     return stats

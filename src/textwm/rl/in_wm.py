@@ -32,6 +32,9 @@ class GRPOInWM:
     batch_size: int = 2
     max_completion_length: int = 16
     learning_rate: float | None = None
+    #: Rollouts by swift's own generate, not vLLM: the agents here are small, and a colocated vLLM would take
+    #: its share of the GPU the world model's server runs on.
+    use_vllm: bool = False
     run_name: str = "grpo_in_wm"
     launcher: str = "textwm"
 
@@ -51,7 +54,7 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
                       per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,
                       max_completion_length=run.max_completion_length, max_length=4096, save_steps=run.steps,
                       report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
-                      wm_max_tokens=run.wm_max_tokens, launcher=run.launcher, **extra)
+                      wm_max_tokens=run.wm_max_tokens, use_vllm=run.use_vllm, launcher=run.launcher, **extra)
     with open(log_file, "w") as logf:
         code = run_grpo(grpo, ["--max_steps", str(run.steps)], stdout=logf)
     if code != 0:
