@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", action="store_true", help="delete the run folder and start over")
     p.add_argument("--until", choices=UNTIL, default="report",
                    help="train: stop once every arm is trained; generate: once every arm has decoded; agents: once "
-                        "Stage 2 is done too (all the GPU work); score and report later, anywhere, without --until")
+                        "Stage 2 is done too (all the GPU work); score and report later, anywhere, without --until; "
+                        "scores: score and report, no Stage-2 step (on a machine without the world models)")
     p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")

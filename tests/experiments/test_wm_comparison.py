@@ -95,14 +95,19 @@ def test_the_trainer_digest_is_the_same_for_ar_and_sdar_on_the_same_rows(tmp_pat
 
 @pytest.mark.slow
 def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
+    import shutil
+
     out = tmp_path / "wmc"
-    # The GPU part (train, decode), then the scoring and report as a second run that skips what is done.
-    gpu = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "generate", timeout=1500)
+    # The GPU part (train, decode, Stage 2), then the scoring and report where the world models are not.
+    gpu = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "agents", timeout=1500)
     assert gpu.returncode == 0, gpu.stderr[-3000:]
-    assert "every arm has decoded" in gpu.stdout and not (out / "report.md").exists()
-    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=600)
+    assert "every arm has decoded and Stage 2 is done" in gpu.stdout and not (out / "report.md").exists()
+    state = json.loads((out / "state.json").read_text())
+    assert "agent/eval/grpo_convert_sdar" in state["done"] and not any(k.startswith("eval/") for k in state["done"])
+    shutil.rmtree(out / "arms")
+    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "scores", timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "train/convert/sdar: done earlier, skipped" in first.stdout
+    assert "train/convert/sdar: done earlier, skipped" in first.stdout and "Not run yet" not in first.stdout
     state = json.loads((out / "state.json").read_text())
     assert {"data", "init", "train/convert/ar_head", "generate/scratch/wedlm", "eval/scratch/wedlm",
             "eval/convert/sdar"} <= set(state["done"])
@@ -241,3 +246,29 @@ def test_an_arm_that_finished_unrecorded_is_not_trained_again(tmp_path):
     (tmp_path / "arms" / arm.folder / ARM_RECORD).write_text(json.dumps({"steps": 40, "train_loss": 1.5}))
     # no model, no data: training would fail; the record of the finished arm is used instead
     assert comparison.train_arm(arm) == {"steps": 40, "train_loss": 1.5}
+
+
+def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
+    from textwm.experiments.comparison_report import stage2_section
+    from textwm.experiments.wm_comparison import Comparison
+
+    comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
+    assert stage2_section(comparison)[1] == (
+        "Not run yet: `agent/sft`, `agent/eval/sft`, `fidelity/convert/ar`, `grpo/convert/ar`, "
+        "`agent/eval/grpo_convert_ar`, `fidelity/convert/sdar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`.\n")
+    comparison.state["done"].update({
+        "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},
+        "agent/eval/sft": {"episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79],
+                           "mean_score": 40.0, "agent_errors": 0, "env_errors": 0, "unparseable_replies": 0}})
+    section = "\n".join(stage2_section(comparison))
+    assert "Not run yet: `fidelity/convert/ar`," in section and "| sft | none (before GRPO) | 3 | 1 |" in section
+
+
+def test_the_sampled_decode_rate_is_the_sampled_passes_together(tmp_path):
+    from textwm.experiments.wm_comparison import sampled_decode_rate
+
+    for k, (tokens, seconds) in enumerate([(300, 1.0), (100, 1.0)]):
+        (tmp_path / f"sample_{k}").mkdir()
+        (tmp_path / f"sample_{k}" / "eval_generate_config.json").write_text(
+            json.dumps({"generated_tokens": tokens, "decode_seconds": seconds}))
+    assert sampled_decode_rate([tmp_path / "sample_0", tmp_path / "sample_1"]) == 200.0

@@ -18,6 +18,7 @@ of one regime: ``convert`` when it ran (the recipe the paper's models come from)
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +52,21 @@ def run_stage2(comparison: Any) -> None:
                 raise ComparisonError(f"Stage 2 needs {target}: it is not in the run folder"
                                       + (f" nor in --data-dir {c.data_dir}" if c.data_dir else ""))
             shutil.copyfile(Path(c.data_dir) / name, target)
-    step = comparison._step
-    step("agent/sft", lambda: train_agent(comparison))
-    step("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft"))
+    for key, work in stage2_plan(comparison):
+        comparison._step(key, work)
+
+
+def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """Stage 2's steps in order: each one's state key and its work."""
+    sft = sft_agent(comparison)
+    plan = [("agent/sft", lambda: train_agent(comparison)),
+            ("agent/eval/sft", lambda: eval_agent(comparison, sft, "sft"))]
     for arm in wm_arms(comparison):
         name = f"grpo_{arm.folder}"
-        step(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm))
-        step(f"grpo/{arm.name}", lambda arm=arm, name=name: grpo_in_arm(comparison, arm, name))
-        step(f"agent/eval/{name}", lambda name=name: eval_agent(comparison, comparison.path("agent", name), name))
+        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
+                 (f"grpo/{arm.name}", lambda arm=arm, name=name: grpo_in_arm(comparison, arm, name)),
+                 (f"agent/eval/{name}", lambda name=name: eval_agent(comparison, comparison.path("agent", name), name))]
+    return plan
 
 
 def train_agent(comparison: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ METRICS = (
     ("Distinct-1 (sampled)", ("diversity", "distinct_1_samples"), True),
     ("Distinct-2 (sampled)", ("diversity", "distinct_2_samples"), True),
     ("decode tok/s (greedy, the decoding loop)", ("decode_tokens_per_second",), True),
+    ("decode tok/s (sampled passes, warm)", ("sampled_decode_tokens_per_second",), True),
 )
 
 
@@ -121,13 +122,18 @@ def shared_device_note(comparison: Any, regime: str) -> list[str]:
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
     from textwm.eval.episodes import fmt_ci
-    from textwm.experiments.comparison_agents import wm_arms
+    from textwm.experiments.comparison_agents import stage2_plan, wm_arms
 
     c, done = comparison.config, comparison.state["done"]
-    if not c.stage2 or "agent/eval/sft" not in done:
+    if not c.stage2:
         return []
+    title = "## Stage 2: GRPO inside each world model, success in the real env\n"
+    missing = [key for key, _ in stage2_plan(comparison) if key not in done]
+    not_run = [f"Not run yet: {', '.join(f'`{key}`' for key in missing)}.\n"] if missing else []
+    if "agent/sft" not in done:
+        return [title, *not_run]
     sft = done["agent/sft"]
-    lines = ["## Stage 2: GRPO inside each world model, success in the real env\n",
+    lines = [title, *not_run,
              f"One AR agent (`{c.agent_size}` shape) trained on {sft['demos']} gold demos ({sft['turn_rows']} "
              f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
              f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first; "

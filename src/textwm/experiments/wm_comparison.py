@@ -60,7 +60,7 @@ STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
 ARM_RECORD = "train_record.json"
 #: Where :meth:`Comparison.run` may stop.
-UNTIL = ("train", "generate", "agents", "report")
+UNTIL = ("train", "generate", "agents", "scores", "report")
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,15 @@ def sampled_diversity(prediction_files: list[Path]) -> dict[str, Any]:
             "distinct_1_samples": distinct_n(everything, 1), "distinct_2_samples": distinct_n(everything, 2)}
 
 
+def sampled_decode_rate(pass_folders: list[Path]) -> float | None:
+    """Tokens per second of the sampled passes' decoding loops together. The greedy pass goes first in its call
+    (:meth:`Comparison.generate_arm`), so on a GPU its loop also pays for the decoder's warm-up (CUDA graph
+    capture for each batch shape); the sampled passes after it show the warm decoder's speed."""
+    summaries = [json.loads((folder / "eval_generate_config.json").read_text()) for folder in pass_folders]
+    seconds = sum(s["decode_seconds"] for s in summaries)
+    return round(sum(s["generated_tokens"] for s in summaries) / seconds, 1) if seconds > 0 else None
+
+
 def empty_share(prediction_file: Path) -> float:
     """Share of a decoding's predictions that are empty once normalised (an untrained diffusion model often
     stops at once: its 'diversity' is then no diversity, and the report says so)."""
@@ -295,7 +304,9 @@ class Comparison:
         has decoded the held-out rows; ``agents`` once Stage 2 is done too, before any scoring (every step
         that needs the world models, so all of a GPU machine's work); ``report`` goes to the end. After
         ``generate`` or ``agents`` the scoring and report run anywhere the run folder's ``state.json``, ``data/``
-        and ``eval/`` are (a CPU machine with the metrics extras, say), with the same command without ``until``."""
+        and ``eval/`` are (a CPU machine with the metrics extras, say), with the same command without ``until``;
+        ``scores`` scores and reports without doing any Stage-2 step (the report shows those done and names the
+        rest), for a machine that does not hold the world models."""
         if until not in UNTIL:
             raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
         self._step("data", self.stage_data)
@@ -324,6 +335,9 @@ class Comparison:
         from textwm.experiments.comparison_report import write_report
 
         report = write_report(self)     # the world models' report first: a Stage-2 failure does not lose it
+        if self.config.stage2 and until == "scores":
+            self.echo(f"scored; no Stage-2 step was run (--until scores), the report shows those done earlier: {report}")
+            return report
         if self.config.stage2:
             from textwm.experiments.comparison_agents import run_stage2
 
@@ -530,6 +544,7 @@ class Comparison:
                             ScoreOptions(mauve_max_samples=c.eval_rows))
         diversity = sampled_diversity([folder / f"sample_{k}" / "test_outputs.jsonl" for k in range(c.samples)])
         return {"scores": scores, "diversity": diversity, **self.state["done"][f"generate/{arm.name}"],
+                "sampled_decode_tokens_per_second": sampled_decode_rate([folder / f"sample_{k}" for k in range(c.samples)]),
                 "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}
 
 

@@ -63,3 +63,15 @@ def test_empty_actions_are_not_answered(real_env, action):
     task = bake_task(real_env, "boil_v0")
     assert respond(EpisodeTracker(task), action) is None
     assert NO_MATCH.endswith(".")
+
+
+def test_a_look_that_named_another_room_does_not_break_the_next_look(real_env):
+    """A world model may answer "look around" with another room than the one the tracker is in; the look is kept
+    under the room it names, and the next look here falls to the other rules (it once raised KeyError)."""
+    task = bake_task(real_env, "boil_v0")
+    tracker = EpisodeTracker(task)
+    tracker.observe("teleport to workshop", "You teleport to the workshop.")
+    other = "bathroom" if task.start_room != "bathroom" else "bedroom"
+    tracker.observe("look around", f"This room is called the {other}. In it, you see: \n\tthe agent")
+    assert tracker.room == "workshop" and "workshop" not in tracker.last_look
+    assert respond(tracker, "look around") == task.room_map["workshop"]   # the workshop as the real env shows it

@@ -81,8 +81,10 @@ def _door_state(tracker: EpisodeTracker, room: str) -> str | None:
 
 def _look(tracker: EpisodeTracker) -> str | None:
     room = tracker.room
-    if _unchanged_since_last_look(tracker):
-        return tracker.last_look[room]  # no time has passed since the agent looked here
+    if _unchanged_since_last_look(tracker) and room in tracker.last_look:
+        # No time has passed since the agent looked here. (A look answered by the world model with another
+        # room's name is kept under that room, so the tracker's room may have none.)
+        return tracker.last_look[room]
     if room in tracker.changed_rooms or tracker.doors_changed:
         return None
     if tracker.ticks == 0 and room == tracker.task.start_room:
