@@ -13,6 +13,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.envs.toy.spec import ToySpec
 from textwm.envs import get_env
 from textwm.envs.blocking import BlockingPool
 from textwm.envs.pool import PoolConfig
@@ -113,3 +114,17 @@ def test_an_api_key_guards_every_route_but_health():
         env = EnvClient("http://testserver", http=c, api_key="k")
         assert env.reset("toy_v0").observation.startswith("You are in the hall")
         env.close()
+
+
+class _ToyThatCannotStart(ToySpec):
+    """The toy env whose workers fail to prepare (as ScienceWorld's do without Java)."""
+
+    def prepare_worker(self):
+        raise OSError("no JVM here")
+
+
+def test_a_failed_start_names_the_workers_failure():
+    # The pool stops itself when a worker fails to start; the blocking pool's clean-up then stops it again. That
+    # second stop once raised "cannot schedule new futures after shutdown", which buried the real error.
+    with pytest.raises(RuntimeError, match="workers failed to start: .*OSError: no JVM here"):
+        BlockingPool(_ToyThatCannotStart(), 1).start()

@@ -196,6 +196,7 @@ class WorkerPool:
         self._replacing: dict[int, asyncio.Task] = {}
         self._last_restart: dict[int, float] = {}
         self._stopping = False
+        self._stopped = False
         self.restarts = 0
 
     # lifecycle
@@ -220,7 +221,10 @@ class WorkerPool:
                  self.config.idle_timeout_s)
 
     async def stop(self) -> None:
-        """Close every session and stop every worker (killing those that do not stop)."""
+        """Close every session and stop every worker (killing those that do not stop). A second call does nothing
+        (a failed :meth:`start` has stopped the pool already; its caller's clean-up must not bury that error)."""
+        if self._stopped:
+            return
         self._stopping = True
         for task in [self._sweeper, *self._replacing.values()]:
             if task is not None:
@@ -230,6 +234,7 @@ class WorkerPool:
         open_sessions = len(self._sessions)
         await asyncio.gather(*(self._shutdown(h) for h in self._handles))
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._stopped = True
         self._sessions.clear()
         log.info("stopped %d worker(s), closing %d open session(s)", len(self._handles), open_sessions)
 
