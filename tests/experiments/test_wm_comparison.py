@@ -272,3 +272,28 @@ def test_the_sampled_decode_rate_is_the_sampled_passes_together(tmp_path):
         (tmp_path / f"sample_{k}" / "eval_generate_config.json").write_text(
             json.dumps({"generated_tokens": tokens, "decode_seconds": seconds}))
     assert sampled_decode_rate([tmp_path / "sample_0", tmp_path / "sample_1"]) == 200.0
+
+
+def test_agent_tasks_keep_those_task_types_for_stage2_alone(tmp_path):
+    from textwm.experiments.common import AGENT_FILES, ComparisonError
+    from textwm.experiments.comparison_agents import _write_agent_data, agent_data
+    from textwm.experiments.wm_comparison import Comparison
+
+    def comparison(**settings):
+        return Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), **settings), echo=lambda line: None)
+
+    (tmp_path / "data").mkdir()
+    ids = ["boil_v0", "lifespan-longest-lived_v1", "melt_v2", "lifespan-longest-lived_v3"]
+    for name in AGENT_FILES:
+        write_lines(tmp_path / "data" / name, [{"task_id": task_id, "messages": []} for task_id in ids])
+    everything = comparison()
+    _write_agent_data(everything)
+    assert agent_data(everything, "rl_test.jsonl") == tmp_path / "data" / "rl_test.jsonl"
+    lifespan = comparison(agent_tasks=("lifespan-longest-lived", "boil"))
+    _write_agent_data(lifespan)
+    for name in AGENT_FILES:
+        rows = [json.loads(line) for line in agent_data(lifespan, name).read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == ["lifespan-longest-lived_v1", "lifespan-longest-lived_v3", "boil_v0"]
+    assert len((tmp_path / "data" / "rl_train.jsonl").read_text().splitlines()) == 4   # the run's data untouched
+    with pytest.raises(ComparisonError, match="has no row of freeze \\(its task types: boil, lifespan-longest-lived, melt"):
+        _write_agent_data(comparison(agent_tasks=("freeze",)))

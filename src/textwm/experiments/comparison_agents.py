@@ -52,8 +52,37 @@ def run_stage2(comparison: Any) -> None:
                 raise ComparisonError(f"Stage 2 needs {target}: it is not in the run folder"
                                       + (f" nor in --data-dir {c.data_dir}" if c.data_dir else ""))
             shutil.copyfile(Path(c.data_dir) / name, target)
+    _write_agent_data(comparison)
     for key, work in stage2_plan(comparison):
         comparison._step(key, work)
+
+
+def agent_data(comparison: Any, name: str) -> Path:
+    """Stage 2's copy of ``data/<name>`` (one of :data:`AGENT_FILES`): the file itself, or with ``agent_tasks``
+    the rows of those task types alone (``stage2_data/<name>``, written by :func:`run_stage2`)."""
+    return comparison.path("stage2_data" if comparison.config.agent_tasks else "data", name)
+
+
+def _write_agent_data(comparison: Any) -> None:
+    """With ``agent_tasks``: keep those task types' rows of the task rows and demos (the world models still learned
+    every type). A type with no row is refused, naming the types the file has."""
+    c = comparison.config
+    if not c.agent_tasks:
+        return
+    from textwm.data.jsonl import read_jsonl, write_jsonl
+    from textwm.envs.registry import get_env
+
+    spec = get_env(c.env)
+    for name in AGENT_FILES:
+        source = comparison.path("data", name)
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for row in read_jsonl(source).rows:
+            by_type.setdefault(spec.family_of(spec.task_id_of(row)), []).append(row)
+        missing = [t for t in c.agent_tasks if t not in by_type]
+        if missing:
+            raise ComparisonError(f"agent_tasks: {source} has no row of {', '.join(missing)} (its task types: "
+                                  f"{', '.join(sorted(by_type))})")
+        write_jsonl(agent_data(comparison, name), [row for t in c.agent_tasks for row in by_type[t]])
 
 
 def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
@@ -74,7 +103,7 @@ def train_agent(comparison: Any) -> dict[str, Any]:
 
     c = comparison.config
     return train_agent_on_demos(AgentSFT(
-        demos=str(comparison.path("data", "sft_train.jsonl")), tasks=str(comparison.path("data", "rl_train.jsonl")),
+        demos=str(agent_data(comparison, "sft_train.jsonl")), tasks=str(agent_data(comparison, "rl_train.jsonl")),
         out=str(comparison.path("agent")), steps=c.agent_sft_steps, size=c.agent_size, vocab_size=c.agent_vocab_size,
         cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed))
 
@@ -86,7 +115,7 @@ def _evaluate(comparison: Any, agent_path: Any, name: str, **wm: Any) -> dict[st
 
     c = comparison.config
     return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path("agent_eval", name)),
-                          rows=str(comparison.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                          rows=str(agent_data(comparison, "rl_test.jsonl")), episodes=c.agent_episodes,
                           max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path), **wm))
 
 
@@ -125,7 +154,7 @@ def grpo_in_arm(comparison: Any, arm: Any, name: str) -> dict[str, Any]:
     from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
 
     c = comparison.config
-    run = GRPOInWM(env=c.env, rows=str(comparison.path("data", "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
+    run = GRPOInWM(env=c.env, rows=str(agent_data(comparison, "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
                    steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length,
                    num_gpus=1 if torch.cuda.is_available() else 0, num_generations=c.grpo_generations,
                    batch_size=c.grpo_generations, max_completion_length=c.grpo_completion_length,

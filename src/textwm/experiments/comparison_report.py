@@ -139,6 +139,7 @@ def stage2_section(comparison: Any) -> list[str]:
              f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first; "
              f"{c.grpo_generations} rollouts per task, {c.grpo_completion_length} tokens per reply, learning rate "
              f"{c.grpo_learning_rate:g}). "
+             f"Task types: {', '.join(c.agent_tasks) if c.agent_tasks else 'every type of the data'}. "
              f"Real env: {c.agent_episodes} held-out task rows, up to {c.agent_turns} turns.\n",
              "| agent | GRPO inside | episodes | successes | success rate | 95% interval (Wilson) | mean score | "
              "failed episodes (agent / env errors), unparseable replies | reward per GRPO step | "

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
 NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
-STAGE2_SETTINGS = ("stage2", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
+STAGE2_SETTINGS = ("stage2", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
                    "agent_learning_rate", "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate",
                    "grpo_generations", "grpo_completion_length", "agent_episodes", "agent_turns", "workers")
 #: The state keys of Stage 2's steps.
@@ -97,6 +97,9 @@ class ComparisonConfig:
     # Stage 2 (textwm.experiments.comparison_agents): a small agent SFT'd on the gold demos, then GRPO inside the
     # world model of each of grpo_families, each agent scored in the real env.
     stage2: bool = True
+    #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
+    #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing.
+    agent_tasks: tuple[str, ...] = ()
     agent_size: str = "tiny"
     agent_vocab_size: int = 1024
     agent_cutoff_len: int = 3072
