@@ -134,7 +134,6 @@ class ShardResult:
     truncated: int = 0
     skipped_overlong: int = 0
     tokens: int = 0
-    seconds: float = 0.0
     #: The decoding loop alone (after the model load and prompt encoding): what a decoder's speed is.
     decode_seconds: float = 0.0
 
@@ -209,24 +208,19 @@ def run_shard(config: EvalGenerateConfig, jobs: list[Job], device: str, label: s
 def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device: str,
                      label: str = "cpu") -> list[ShardResult]:
     """Decode ``jobs`` once per config on ``device`` with one model load (the configs differ in their decoding
-    settings alone: :func:`run_passes`). The first pass's ``seconds`` include the model load."""
+    settings alone: :func:`run_passes`)."""
     from textwm.generation.decoders import make_decoder
     from textwm.models.checkpoint import load_model
     from textwm.training.data import ChatEncoder
 
-    started = time.perf_counter()
     first = configs[0]
     loaded = load_model(first.model_path, device=device, dtype=first.dtype, mask_token_id=first.mask_token_id)
     decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id,
                            engine=first.engine)
     encoder = ChatEncoder(loaded.tokenizer)
-    results = []
-    for i, config in enumerate(configs):
-        tag = label if len(configs) == 1 else f"{label}, pass {i + 1}/{len(configs)}"
-        results.append(_decode_jobs(config, jobs, decoder, encoder, loaded.tokenizer, device, tag))
-        results[-1].seconds = time.perf_counter() - started
-        started = time.perf_counter()
-    return results
+    return [_decode_jobs(config, jobs, decoder, encoder, loaded.tokenizer, device,
+                         label if len(configs) == 1 else f"{label}, pass {i + 1}/{len(configs)}")
+            for i, config in enumerate(configs)]
 
 
 def _decode_jobs(config: EvalGenerateConfig, jobs: list[Job], decoder: Any, encoder: Any, tokenizer: Any,
