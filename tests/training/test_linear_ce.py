@@ -170,6 +170,7 @@ def test_through_ddp(tmp_path):
     plain = _tiny_lm(True)
     model_token_cross_entropy(plain, keep=keep, select=select, targets=targets, input_ids=ids).sum().backward()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    wrapped = ce = None
     try:
         wrapped = DistributedDataParallel(_tiny_lm(True), find_unused_parameters=True)
         ce = model_token_cross_entropy(wrapped, keep=keep, select=select, targets=targets, input_ids=ids)
@@ -177,6 +178,9 @@ def test_through_ddp(tmp_path):
         for (k, p), q in zip(plain.named_parameters(), wrapped.module.parameters()):
             torch.testing.assert_close(q.grad, p.grad, msg=k)
     finally:
+        # The DDP reducer holds the process group: free it first, or the group's last reference goes with the
+        # reducer after destroy_process_group, and gloo's teardown once hung there (a thread join).
+        del wrapped, ce
         dist.destroy_process_group()
 
 
