@@ -14,7 +14,7 @@ def env_names_with_demo() -> list[str]:
 
 
 def main() -> int:
-    defaults = DemoConfig()
+    defaults = DemoConfig.create()   # the default env's demo (its builder's demo_defaults applied)
     p = argparse.ArgumentParser(prog="scripts/demo.sh", description=(
         "Build WM data from a real env (ScienceWorld, ALFWorld games generated offline, or the AppWorld apps on "
         "worlds generated offline), train a tiny AR and "
@@ -29,6 +29,10 @@ def main() -> int:
     p.add_argument("--tasks", nargs="+", help="task types (default: the env's demo set; ScienceWorld: boil melt "
                                                "find-living-thing test-conductivity; ALFWorld: all six; AppWorld: "
                                                "all seven question kinds)")
+    p.add_argument("--agent-tasks", nargs="*", help="task types of the agent stages, among --tasks (none: every "
+                                                     "type of the data; default: the env's demo set; ScienceWorld: "
+                                                     "lifespan-longest-lived lifespan-shortest-lived, short enough "
+                                                     "for a tiny agent; ALFWorld, AppWorld: every type)")
     p.add_argument("--families", nargs="+", choices=("ar", "sdar", "wedlm"),
                    help=f"world-model families, sdar included (default: {' '.join(defaults.families)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
@@ -37,11 +41,13 @@ def main() -> int:
     p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps}; "
                                                    "ALFWorld, AppWorld: 200)")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")
+    p.add_argument("--test-variations", type=int, help=f"held-out variations per task (default: {defaults.test_variations})")
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
     p.add_argument("--agent-sft-steps", type=int, help=f"the agent's SFT steps on the gold demos before GRPO (0: a "
                    f"random agent; default: {defaults.agent_sft_steps})")
     p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")
     p.add_argument("--agent-episodes", type=int, help=f"agent episodes per evaluation (default: {defaults.agent_episodes})")
+    p.add_argument("--agent-turns", type=int, help=f"turns per agent episode (default: {defaults.agent_turns})")
     p.add_argument("--workers", type=int, help=f"ScienceWorld worker processes (default: {defaults.workers})")
     p.add_argument("--wm-port", type=int, help=f"WM server port (default: {defaults.wm_port})")
     p.add_argument("--proxy-port", type=int, help=f"WM proxy port (default: {defaults.proxy_port})")
@@ -50,8 +56,8 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(DemoConfig)
                  if getattr(args, f.name, None) is not None and f.name not in ("smoke",)}
-    for name in ("tasks", "families"):
-        if getattr(args, name):
+    for name in ("tasks", "families", "agent_tasks"):
+        if getattr(args, name) is not None:
             overrides[name] = tuple(getattr(args, name))
     try:
         config = DemoConfig.create(smoke=args.smoke, **overrides)

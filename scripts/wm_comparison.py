@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
     p.add_argument("--regimes", nargs="+", choices=REGIMES, help="default: both")
     p.add_argument("--grpo-families", nargs="+", choices=FAMILIES, help="Stage 2's world models (default: ar sdar)")
-    p.add_argument("--agent-tasks", nargs="+", metavar="TYPE",
-                   help="Stage 2's task types (its agent's demos, GRPO tasks and real-env rows; default: all)")
+    p.add_argument("--agent-tasks", nargs="*", metavar="TYPE",
+                   help="Stage 2's task types (its agent's demos, GRPO tasks and real-env rows); none: every type "
+                        "(default: the env's small-agent types, ScienceWorld: lifespan-longest-lived "
+                        "lifespan-shortest-lived; --smoke: every type)")
     p.add_argument("--no-stage2", dest="stage2", action="store_false", default=None,
                    help="stop after the world models' report (no agent SFT, GRPO or real-env runs)")
     for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from typing import Any
 
 from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
 from textwm.envs.registry import get_env
+from textwm.envs.task_types import AGENT_FILES
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ class DemoConfig:
     env: str = "sciworld"
     #: Task families (empty: the env builder's demo default).
     tasks: tuple[str, ...] = ()
+    #: Task types of the agent stages (SFT, GRPO, evaluation; empty: every type of the data). The world models
+    #: learn every type; a tiny agent finishes only short tasks within ``agent_turns`` (``create`` takes the env
+    #: builder's ``small_agent_tasks``: ScienceWorld's lifespan pair, 1-7 gold actions, where boil takes 25-50).
+    agent_tasks: tuple[str, ...] = ()
     #: World-model families trained side by side; the GRPO stage serves the SDAR one.
     families: tuple[str, ...] = ("ar", "sdar")
     train_variations: int = 3
@@ -81,6 +87,9 @@ class DemoConfig:
             raise ValueError(f"env {self.env!r} has no demo (its dataset builder has no demo_config)")
         if self.agent_sft_steps < 0:
             raise ValueError(f"agent_sft_steps must be >= 0 (0: GRPO from a random agent), got {self.agent_sft_steps}")
+        if self.tasks and not set(self.agent_tasks) <= set(self.tasks):
+            raise ValueError(f"agent_tasks {' '.join(sorted(set(self.agent_tasks) - set(self.tasks)))} not among "
+                             f"tasks ({' '.join(self.tasks)})")
         unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
         if unknown or "sdar" not in self.families:
             raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "
@@ -88,16 +97,20 @@ class DemoConfig:
 
     @classmethod
     def create(cls, *, smoke: bool = False, **overrides: Any) -> DemoConfig:
-        """The demo of ``overrides["env"]`` (default sciworld): the env builder's ``demo_defaults`` (its scale: an
-        ALFWorld WM prompt is ~3x a compact ScienceWorld one, so it trains fewer steps in the same minutes),
-        then the smoke setting if asked, then ``overrides``."""
+        """The demo of ``overrides["env"]`` (default sciworld): the env builder's ``small_agent_tasks`` as the agent's
+        and its ``demo_defaults`` (its scale: an ALFWorld WM prompt is ~3x a compact ScienceWorld one, so it trains
+        fewer steps in the same minutes), then the smoke setting if asked (and the builder's ``demo_smoke``), then
+        ``overrides``. Other ``tasks`` without ``agent_tasks`` give the agent every type of them."""
         env = overrides.get("env", "sciworld")
-        settings = dict(getattr(get_env(env).dataset_builder(), "demo_defaults", {}))
+        builder = get_env(env).dataset_builder()
+        settings = {"agent_tasks": getattr(builder, "small_agent_tasks", ()), **getattr(builder, "demo_defaults", {})}
         if smoke:
-            settings.update(smoke=True, tasks=("melt",) if env == "sciworld" else (), train_variations=1,
-                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, agent_sft_steps=10, grpo_steps=1,
-                            grpo_turns=3,
-                            agent_episodes=2, agent_turns=4)
+            settings.update(smoke=True, tasks=(), agent_tasks=(), train_variations=1, test_variations=1,
+                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, agent_sft_steps=10,
+                            grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4)
+            settings.update(getattr(builder, "demo_smoke", {}))
+        if "tasks" in overrides and "agent_tasks" not in overrides:
+            settings["agent_tasks"] = ()
         return cls(**{**settings, **overrides})
 
     @classmethod
@@ -149,6 +162,11 @@ class Demo:
     def path(self, *parts: str) -> Path:
         return self.out.joinpath(*parts)
 
+    def agent_file(self, name: str) -> Path:
+        """The agent stages' copy of ``data/<name>`` (rl_train, rl_test, sft_train): the file itself, or with
+        ``agent_tasks`` the rows of those types (``data/agent/<name>``, written by the data stage)."""
+        return self.path("data", "agent", name) if self.config.agent_tasks else self.path("data", name)
+
     def _save(self) -> None:
         write_json(self.state_file, {"config": _result_settings(self.config),
                                      "stages": {k: dataclasses.asdict(v) for k, v in self.records.items()}})
@@ -177,8 +195,18 @@ class Demo:
         config = builder.demo_config(self.path("data"), c)
         report = build(c.env, config)
         test = read_jsonl(self.path("data", "wm_test.jsonl")).rows
-        write_jsonl(self.path("data", "eval_test.jsonl"), test[: c.eval_rows])  # eval_generate's file pattern
-        return {"transitions": report.transitions, "tasks": sorted(report.families), "eval_rows": min(len(test), c.eval_rows)}
+        # A fixed sample of the held-out rows (the file is grouped by task type), under eval_generate's file pattern.
+        scored = random.Random(c.seed).sample(test, min(len(test), c.eval_rows))
+        write_jsonl(self.path("data", "eval_test.jsonl"), scored)
+        figures = {"transitions": report.transitions, "tasks": sorted(report.families),
+                   "eval_rows": min(len(test), c.eval_rows)}
+        if c.agent_tasks:
+            from textwm.envs.task_types import write_rows_of_types
+
+            figures["agent_rows"] = {name: write_rows_of_types(get_env(c.env), self.path("data", name),
+                                                               self.agent_file(name), c.agent_tasks)
+                                     for name in AGENT_FILES}
+        return figures
 
     # --- 2. train ----------------------------------------------------------------------------------
 
@@ -258,22 +286,22 @@ class Demo:
         from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
 
         c = self.config
-        demos = self.path("data", "sft_train.jsonl")
+        demos = self.agent_file("sft_train.jsonl")
         demo_rows = read_jsonl(demos, allow_empty=True).rows if demos.is_file() else []
         figures: dict[str, Any] = {}
         if c.agent_sft_steps and demo_rows:
             # The warm start: SFT on the gold demos, so that the agent has some real success before GRPO.
             figures["agent_sft"] = train_agent_on_demos(AgentSFT(
-                demos=str(demos), tasks=str(self.path("data", "rl_train.jsonl")), out=str(self.path("agent")),
+                demos=str(demos), tasks=str(self.agent_file("rl_train.jsonl")), out=str(self.path("agent")),
                 steps=c.agent_sft_steps, size=c.size, vocab_size=c.vocab_size, cutoff_len=c.cutoff_len,
                 seed=c.seed))
         else:
-            agent_rows = read_jsonl(self.path("data", "rl_train.jsonl")).rows + demo_rows
+            agent_rows = read_jsonl(self.agent_file("rl_train.jsonl")).rows + demo_rows
             build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,
                                   vocab_size=c.vocab_size, seed=c.seed + 1)
             figures["agent_sft"] = {"skipped": "no gold demos" if c.agent_sft_steps else "agent_sft_steps is 0"}
         name, agent = self._agent_before_grpo()
-        run = GRPOInWM(env=c.env, rows=str(self.path("data", "rl_train.jsonl")), agent_path=str(agent),
+        run = GRPOInWM(env=c.env, rows=str(self.agent_file("rl_train.jsonl")), agent_path=str(agent),
                        steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length, run_name="demo_grpo",
                        launcher="demo")
         with self._stack() as endpoint:
@@ -297,7 +325,7 @@ class Demo:
         with self._stack() as endpoint:
             for name, agent in agents.items():
                 out = run(EvalConfig(mode="all", env=c.env, output_dir=str(self.path("agent_eval", name)),
-                                     rows=str(self.path("data", "rl_test.jsonl")), episodes=c.agent_episodes,
+                                     rows=str(self.agent_file("rl_test.jsonl")), episodes=c.agent_episodes,
                                      max_turns=c.agent_turns, workers=c.workers, device="cpu",
                                      wm_endpoint=endpoint, wm_max_tokens=c.gen_length, **agent))
                 results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}

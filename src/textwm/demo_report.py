@@ -93,7 +93,12 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
     start = (f"the agent trained on {sft['demos']} gold demos first ({sft['turn_rows']} turn rows, {sft['steps']} "
              f"steps, final loss {sft['train_loss']})" if "demos" in sft else
              f"a random agent ({sft.get('skipped', 'no SFT step')})")
+    agent_rows = data.get("agent_rows")
+    agent_tasks = (f"{', '.join(config.agent_tasks)} ({agent_rows['rl_train.jsonl']} task rows to train on, "
+                   f"{agent_rows['rl_test.jsonl']} held out; the world models learned every type)"
+                   if config.agent_tasks and agent_rows else "every type of the data")
     lines += [f"## 4. GRPO inside the world model (swift rlhf, {spec.title} plugin)", "",
+              f"- agent task types: {agent_tasks}",
               f"- start: {start}",
               f"- {grpo.get('reward_metric', 'reward')} per step: {grpo.get('reward_per_step')}",
               f"- turns per step: {grpo.get('turns_per_step')}; episodes: {grpo.get('episodes')}",

@@ -275,7 +275,8 @@ def test_the_sampled_decode_rate_is_the_sampled_passes_together(tmp_path):
 
 
 def test_agent_tasks_keep_those_task_types_for_stage2_alone(tmp_path):
-    from textwm.experiments.common import AGENT_FILES, ComparisonError
+    from textwm.data.jsonl import DataError
+    from textwm.experiments.common import AGENT_FILES
     from textwm.experiments.comparison_agents import _write_agent_data, agent_data
     from textwm.experiments.wm_comparison import Comparison
 
@@ -295,5 +296,13 @@ def test_agent_tasks_keep_those_task_types_for_stage2_alone(tmp_path):
         rows = [json.loads(line) for line in agent_data(lifespan, name).read_text().splitlines()]
         assert [r["task_id"] for r in rows] == ["lifespan-longest-lived_v1", "lifespan-longest-lived_v3", "boil_v0"]
     assert len((tmp_path / "data" / "rl_train.jsonl").read_text().splitlines()) == 4   # the run's data untouched
-    with pytest.raises(ComparisonError, match="has no row of freeze \\(its task types: boil, lifespan-longest-lived, melt"):
+    with pytest.raises(DataError, match="rl_train.jsonl: no row of task type freeze \\(its task types: boil, lifespan-longest-lived, melt"):
         _write_agent_data(comparison(agent_tasks=("freeze",)))
+
+
+def test_stage2_agent_tasks_default_to_the_envs_small_agent_types():
+    from textwm.envs.sciworld.build import SMALL_AGENT_TASKS
+
+    assert ComparisonConfig.create().agent_tasks == SMALL_AGENT_TASKS
+    assert ComparisonConfig.create(smoke=True).agent_tasks == ()     # the smoke data's every type
+    assert ComparisonConfig.create(agent_tasks=()).agent_tasks == ()

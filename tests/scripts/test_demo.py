@@ -96,3 +96,17 @@ def test_demo_families_must_include_the_sdar_world_model():
         DemoConfig(families=("ar", "wedlm"))
     with pytest.raises(ValueError, match="families must include sdar"):
         DemoConfig(families=("sdar", "gpt"))
+
+
+def test_demo_agent_tasks_come_from_the_env_and_give_way_to_other_tasks():
+    from textwm.demo import DemoConfig
+    from textwm.envs.sciworld.build import DEMO_TASKS, SMALL_AGENT_TASKS
+
+    default = DemoConfig.create()
+    assert default.agent_tasks == SMALL_AGENT_TASKS and set(SMALL_AGENT_TASKS) <= set(DEMO_TASKS)
+    assert DemoConfig.create(smoke=True).agent_tasks == ("lifespan-longest-lived",)
+    # Other task types without agent_tasks: the agent gets every type of them, not a type the data lacks.
+    assert DemoConfig.create(tasks=("boil", "melt")).agent_tasks == ()
+    assert DemoConfig.create(env="alfworld").agent_tasks == ()
+    with pytest.raises(ValueError, match=r"agent_tasks freeze not among tasks \(boil melt\)"):
+        DemoConfig.create(tasks=("boil", "melt"), agent_tasks=("freeze",))

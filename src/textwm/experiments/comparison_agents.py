@@ -66,23 +66,15 @@ def agent_data(comparison: Any, name: str) -> Path:
 def _write_agent_data(comparison: Any) -> None:
     """With ``agent_tasks``: keep those task types' rows of the task rows and demos (the world models still learned
     every type). A type with no row is refused, naming the types the file has."""
+    from textwm.envs.registry import get_env
+    from textwm.envs.task_types import write_rows_of_types
+
     c = comparison.config
     if not c.agent_tasks:
         return
-    from textwm.data.jsonl import read_jsonl, write_jsonl
-    from textwm.envs.registry import get_env
-
     spec = get_env(c.env)
     for name in AGENT_FILES:
-        source = comparison.path("data", name)
-        by_type: dict[str, list[dict[str, Any]]] = {}
-        for row in read_jsonl(source).rows:
-            by_type.setdefault(spec.family_of(spec.task_id_of(row)), []).append(row)
-        missing = [t for t in c.agent_tasks if t not in by_type]
-        if missing:
-            raise ComparisonError(f"agent_tasks: {source} has no row of {', '.join(missing)} (its task types: "
-                                  f"{', '.join(sorted(by_type))})")
-        write_jsonl(agent_data(comparison, name), [row for t in c.agent_tasks for row in by_type[t]])
+        write_rows_of_types(spec, comparison.path("data", name), agent_data(comparison, name), c.agent_tasks)
 
 
 def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:

@@ -98,7 +98,8 @@ class ComparisonConfig:
     # world model of each of grpo_families, each agent scored in the real env.
     stage2: bool = True
     #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
-    #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing.
+    #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
+    #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
     agent_tasks: tuple[str, ...] = ()
     agent_size: str = "tiny"
     agent_vocab_size: int = 1024
@@ -140,14 +141,18 @@ class ComparisonConfig:
 
     @classmethod
     def create(cls, *, smoke: bool = False, **overrides: Any) -> ComparisonConfig:
-        """The defaults (one H200), or with ``smoke`` a CPU setting of a few minutes; then ``overrides``."""
-        settings: dict[str, Any] = {}
+        """The defaults (one H200; Stage 2 on the env builder's ``small_agent_tasks``), or with ``smoke`` a CPU
+        setting of a few minutes (Stage 2 on every type of its small data); then ``overrides``."""
+        from textwm.envs.registry import get_env
+
+        builder = get_env(overrides.get("env", cls.env)).dataset_builder()
+        settings: dict[str, Any] = {"agent_tasks": getattr(builder, "small_agent_tasks", ())}
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
                             save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
                             agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_generations=2,
                             grpo_completion_length=16, grpo_turns=3, agent_episodes=2, agent_turns=4,
-                            workers=2)
+                            workers=2, agent_tasks=())
         return cls(**{**settings, **overrides})
 
     @property
