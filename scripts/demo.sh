@@ -2,7 +2,7 @@
 # The embedded default (README's main job): the whole two-stage pipeline in miniature on a CPU.
 # Real ScienceWorld data (--env alfworld: ALFWorld games built offline) -> tiny AR and SDAR world models -> one scorer -> GRPO of a tiny agent
 # inside the SDAR world model (swift rlhf) -> agent and world-model evaluation on the real env ->
-# <out>/report.md. Hardware: 2 CPU cores. Runtime: ~10 min (--smoke: ~3 min). Resumable.
+# <out>/report.md. Hardware: 2 CPU cores. Runtime: ~8 min (--smoke: ~2 min). Resumable.
 #
 #   scripts/demo.sh [--smoke] [--fresh] [--out DIR] [--tasks ...] [--train-steps N] ...   (--help lists all)
 set -euo pipefail

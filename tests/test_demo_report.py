@@ -12,3 +12,19 @@ def test_the_verdict_names_the_leader_of_each_metric_and_ties():
                         "ar and sdar tie on bleu_1; sdar leads on mauve.")
     assert "pretrained Qwen3" in lines[1] and "scripts/wm_comparison.py" in lines[1]
     assert budget_winner({"wm_ar": {"exact_match": 0.1}}, ["ar"]) == []
+
+
+def test_the_agent_verdict_says_what_sft_and_grpo_did():
+    from textwm.demo_report import agent_verdict
+
+    def real(successes):
+        return {"real": {"episodes": 20, "successes": successes, "success_ci95": [0.03, 0.3]}}
+
+    lines = agent_verdict({"agent_sft": real(2), "agent_grpo": real(2)}, [-1.0, -1.0, -1.0])
+    assert lines[0].startswith("**The agent in the real env:** 2 of 20 held-out tasks ([0.030, 0.300]) after its "
+                               "SFT on the gold demos, then 2 of 20 held-out tasks")
+    assert "after 3 GRPO steps inside the world model (no change;" in lines[0]
+    assert "as a random agent (no SFT), then 1 of 20" in agent_verdict({"agent_init": real(0), "agent_grpo": real(1)},
+                                                                        [0.0])[0]
+    assert "(up;" in agent_verdict({"agent_init": real(0), "agent_grpo": real(1)}, [0.0])[0]
+    assert agent_verdict({}, []) == []

@@ -45,6 +45,27 @@ def budget_winner(scores: dict[str, dict[str, Any]], families: list[str]) -> lis
             "an AR head start."]
 
 
+def agent_verdict(agent: dict[str, Any], reward_per_step: list[float]) -> list[str]:
+    """The agent's real-env successes before and after GRPO, said plainly: what each stage of its training did."""
+    def real(name: str) -> dict[str, Any]:
+        return (agent.get(name) or {}).get("real") or {}
+
+    before_name = next((n for n in ("agent_sft", "agent_init") if n in agent), None)
+    before, after = real(before_name or ""), real("agent_grpo")
+    if not before or not after:
+        return []
+
+    def said(r: dict[str, Any]) -> str:
+        return f"{r.get('successes')} of {r.get('episodes')} held-out tasks ({fmt_ci(r.get('success_ci95'))})"
+
+    start = "after its SFT on the gold demos" if before_name == "agent_sft" else "as a random agent (no SFT)"
+    change = ("no change" if before.get("successes") == after.get("successes") else
+              "up" if (after.get("successes") or 0) > (before.get("successes") or 0) else "down")
+    return [f"**The agent in the real env:** {said(before)} {start}, then {said(after)} after "
+            f"{len(reward_per_step)} GRPO steps inside the world model ({change}; a handful of steps on a few tasks "
+            "moves a tiny agent little).", ""]
+
+
 def render(config: Any, records: dict[str, Any], out: Path) -> str:
     from textwm.envs.registry import get_env
 
@@ -115,5 +136,6 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
         lines.append(f"| {name} | {_fmt(rate['real'])} | {fmt_ci((f.get('real') or {}).get('success_ci95'))} | "
                      f"{_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
                      f"{_fmt(f.get('cr'))} | {_fmt((f.get('real') or {}).get('mean_score'))} |")
-    lines += ["", f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
+    lines += ["", *agent_verdict(agent, grpo.get("reward_per_step") or []),
+              f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
     return "\n".join(lines) + "\n"
