@@ -122,12 +122,13 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert "## Stage 2: GRPO inside each world model" in report
     for agent, inside in (("sft", "none (before GRPO)"), ("grpo_convert_ar", "convert/ar"),
                           ("grpo_convert_sdar", "convert/sdar")):
-        assert f"| {agent} | {inside} | 1 |" in report
+        assert f"| {agent} | {inside} | 2 |" in report     # the smoke data's 2 held-out task rows (melt, lifespan)
     assert state["done"]["agent/sft"]["turn_rows"] > state["done"]["agent/sft"]["demos"] >= 1
     assert state["done"]["agent/eval/sft"]["success_ci95"] is not None
     assert "| world model | Real | WM | W2R | CR | WM errors |" in report and "| convert/sdar | 0" in report
     fidelity = state["done"]["fidelity/convert/ar"]
-    assert fidelity["real"]["episodes"] == fidelity["wm"]["episodes"] == fidelity["w2r"]["episodes"] == 1
+    assert fidelity["real"]["episodes"] == fidelity["wm"]["episodes"] == fidelity["w2r"]["episodes"] == 2
+    assert "![Stage 2](stage2.png)" in report and (out / "stage2.png").stat().st_size > 0
     grpo = state["done"]["grpo/convert/sdar"]
     assert grpo["episodes"] >= 1 and len(grpo["reward_per_step"]) == 1
     again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=300)

@@ -119,6 +119,52 @@ def shared_device_note(comparison: Any, regime: str) -> list[str]:
             + ".\n"]
 
 
+def stage2_chart(comparison: Any, path: Path) -> Path | None:
+    """Stage 2 as bars with their 95% Wilson intervals: each agent's real-env success (before GRPO and after GRPO
+    inside each world model), and the SFT agent's Real / WM / W2R success with each world model. None when
+    matplotlib is missing or no real-env run is done."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    from textwm.experiments.comparison_agents import wm_arms
+
+    done = comparison.state["done"]
+    agents = [("before GRPO", done.get("agent/eval/sft"))]
+    agents += [(f"GRPO in {a.name}", done.get(f"agent/eval/grpo_{a.folder}")) for a in wm_arms(comparison)]
+    agents = [(label, r) for label, r in agents if r]
+    fidelity = [(a.name, done[f"fidelity/{a.name}"]) for a in wm_arms(comparison) if f"fidelity/{a.name}" in done]
+    if not agents:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def bar(ax: Any, x: float, record: dict[str, Any], width: float, color: str, label: str | None = None) -> None:
+        rate, (low, high) = record["success_rate"], record.get("success_ci95") or (record["success_rate"],) * 2
+        ax.bar(x, rate, width, yerr=[[rate - low], [high - rate]], capsize=4, color=color, label=label)
+
+    fig, axes = plt.subplots(1, 2 if fidelity else 1, figsize=(12 if fidelity else 6, 4), squeeze=False)
+    ax = axes[0][0]
+    for i, (_, record) in enumerate(agents):
+        bar(ax, i, record, 0.6, f"C{i}")
+    ax.set_xticks(range(len(agents)), [label for label, _ in agents])
+    ax.set_title("real-env success (95% Wilson interval)")
+    ax.set_ylim(0, 1)
+    if fidelity:
+        ax = axes[0][1]
+        for j, mode in enumerate(("real", "wm", "w2r")):
+            for i, (_, f) in enumerate(fidelity):
+                bar(ax, i + (j - 1) * 0.25, f[mode], 0.25, f"C{j}", label=mode.upper() if i == 0 else None)
+        ax.set_xticks(range(len(fidelity)), [name for name, _ in fidelity])
+        ax.set_title("SFT agent: Real / WM / W2R success")
+        ax.set_ylim(0, 1)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
     from textwm.eval.episodes import fmt_ci
@@ -140,7 +186,8 @@ def stage2_section(comparison: Any) -> list[str]:
              f"{c.grpo_generations} rollouts per task, {c.grpo_completion_length} tokens per reply, learning rate "
              f"{c.grpo_learning_rate:g}). "
              f"Task types: {', '.join(c.agent_tasks) if c.agent_tasks else 'every type of the data'}. "
-             f"Real env: {c.agent_episodes} held-out task rows, up to {c.agent_turns} turns.\n",
+             f"Real env: {_real_episodes(done)} held-out task rows (at most {c.agent_episodes}), up to "
+             f"{c.agent_turns} turns, greedy.\n",
              "| agent | GRPO inside | episodes | successes | success rate | 95% interval (Wilson) | mean score | "
              "failed episodes (agent / env errors), unparseable replies | reward per GRPO step | "
              "WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -165,7 +212,13 @@ def stage2_section(comparison: Any) -> list[str]:
                      f"{fmt_ci(f[m].get('success_ci95'))}" for m in ("real", "wm", "w2r")]
             cr = _fmt(f["cr"]) if f["cr"] is not None else f"n/a ({f['cr_note']})"
             lines.append(f"| {arm.name} | {' | '.join(cells)} | {cr} | {f['wm'].get('wm_errors', 0)} |")
-    return [*lines, ""]
+    chart = stage2_chart(comparison, comparison.path("stage2.png"))
+    return [*lines, "", *([f"![Stage 2]({chart.name})\n"] if chart else [])]
+
+
+def _real_episodes(done: dict[str, Any]) -> Any:
+    """Episodes of the SFT agent's real-env run ('not run yet' before it)."""
+    return done["agent/eval/sft"]["episodes"] if "agent/eval/sft" in done else "(not run yet)"
 
 
 def write_report(comparison: Any) -> Path:
