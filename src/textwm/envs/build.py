@@ -112,6 +112,10 @@ class DatasetBuilder(Protocol):
         """The small build of ``scripts/demo.sh`` (``demo``: its :class:`~textwm.demo.DemoConfig`); optional."""
         ...
 
+    # Optional class attributes, read with getattr: ``small_agent_tasks`` (tuple of task types a small agent can
+    # finish from a few gold demos: the demo's and the comparison's default agent tasks, textwm.envs.task_types),
+    # ``demo_defaults`` and ``demo_smoke`` (DemoConfig settings of this env's demo and of its --smoke).
+
 
 @dataclass
 class BuildReport:
