@@ -33,7 +33,7 @@ from typing import Any
 
 from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
 from textwm.envs.registry import get_env
-from textwm.envs.task_types import AGENT_FILES
+from textwm.envs.task_types import write_agent_files
 
 log = logging.getLogger(__name__)
 
@@ -198,14 +198,10 @@ class Demo:
         # A fixed sample of the held-out rows (the file is grouped by task type), under eval_generate's file pattern.
         scored = random.Random(c.seed).sample(test, min(len(test), c.eval_rows))
         write_jsonl(self.path("data", "eval_test.jsonl"), scored)
-        figures = {"transitions": report.transitions, "tasks": sorted(report.families),
-                   "eval_rows": min(len(test), c.eval_rows)}
+        figures = {"transitions": report.transitions, "tasks": sorted(report.families), "eval_rows": len(scored)}
         if c.agent_tasks:
-            from textwm.envs.task_types import write_rows_of_types
-
-            figures["agent_rows"] = {name: write_rows_of_types(get_env(c.env), self.path("data", name),
-                                                               self.agent_file(name), c.agent_tasks)
-                                     for name in AGENT_FILES}
+            figures["agent_rows"] = write_agent_files(get_env(c.env), self.path("data"), self.path("data", "agent"),
+                                                      c.agent_tasks)
         return figures
 
     # --- 2. train ----------------------------------------------------------------------------------

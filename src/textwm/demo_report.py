@@ -56,11 +56,11 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float]) -> list[s
         return []
 
     def said(r: dict[str, Any]) -> str:
-        return f"{r.get('successes')} of {r.get('episodes')} held-out tasks ({fmt_ci(r.get('success_ci95'))})"
+        return f"{r['successes']} of {r['episodes']} held-out tasks ({fmt_ci(r.get('success_ci95'))})"
 
     start = "after its SFT on the gold demos" if before_name == "agent_sft" else "as a random agent (no SFT)"
-    change = ("no change" if before.get("successes") == after.get("successes") else
-              "up" if (after.get("successes") or 0) > (before.get("successes") or 0) else "down")
+    change = ("no change" if before["successes"] == after["successes"] else
+              "up" if after["successes"] > before["successes"] else "down")
     return [f"**The agent in the real env:** {said(before)} {start}, then {said(after)} after "
             f"{len(reward_per_step)} GRPO steps inside the world model ({change}; a handful of steps on a few tasks "
             "moves a tiny agent little).", ""]

@@ -2,7 +2,7 @@
 
 A world model learns every task type of its data; an agent at a small scale is trained and scored on the types
 it can finish in its turn budget (ScienceWorld's lifespan tasks take 1-7 actions, its boil tasks 25-50). The demo
-and the comparison both narrow their agent stages this way, with :func:`write_rows_of_types`.
+and the comparison both narrow their agent stages this way, with :func:`write_agent_files`.
 """
 
 from __future__ import annotations
@@ -43,3 +43,9 @@ def write_rows_of_types(spec: EnvSpec, source: Path, dest: Path, types: Sequence
     rows = rows_of_types(spec, read_jsonl(source).rows, types, source=source)
     write_jsonl(dest, rows)
     return len(rows)
+
+
+def write_agent_files(spec: EnvSpec, data_dir: Path, out_dir: Path, types: Sequence[str]) -> dict[str, int]:
+    """:func:`write_rows_of_types` of each of :data:`AGENT_FILES` from ``data_dir`` into ``out_dir``; the row
+    count of each file written."""
+    return {name: write_rows_of_types(spec, data_dir / name, out_dir / name, types) for name in AGENT_FILES}

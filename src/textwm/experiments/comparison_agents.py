@@ -67,14 +67,11 @@ def _write_agent_data(comparison: Any) -> None:
     """With ``agent_tasks``: keep those task types' rows of the task rows and demos (the world models still learned
     every type). A type with no row is refused, naming the types the file has."""
     from textwm.envs.registry import get_env
-    from textwm.envs.task_types import write_rows_of_types
+    from textwm.envs.task_types import write_agent_files
 
     c = comparison.config
-    if not c.agent_tasks:
-        return
-    spec = get_env(c.env)
-    for name in AGENT_FILES:
-        write_rows_of_types(spec, comparison.path("data", name), agent_data(comparison, name), c.agent_tasks)
+    if c.agent_tasks:
+        write_agent_files(get_env(c.env), comparison.path("data"), comparison.path("stage2_data"), c.agent_tasks)
 
 
 def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:

@@ -109,7 +109,8 @@ class ComparisonConfig:
     grpo_families: tuple[str, ...] = ("ar", "sdar")
     grpo_steps: int = 20
     grpo_turns: int = 8
-    #: A tiny agent (SFT at 3e-3) barely moves in 20 steps at the 1e-5 of large models.
+    #: The H100 run's setting (scripts/results/README.md): the tiny agent's SFT runs at 3e-3, 300x large models'
+    #: GRPO rate of 1e-5.
     grpo_learning_rate: float = 1e-4
     #: Rollouts per task row (GRPO's group) and the agent's tokens per reply in them (a gold action is <= ~25 words).
     grpo_generations: int = 4
