@@ -1,24 +1,36 @@
-"""Turn a Qwen3/Qwen2 causal LM checkpoint into an SDAR block-diffusion checkpoint.
+"""Turn a causal LM checkpoint (Qwen3, Qwen2, Llama, ...) into an SDAR block-diffusion or a WeDLM checkpoint.
 
-Adds <|MASK|> to the tokenizer (and an embedding row if needed) and writes block_size and
-mask_token_id into config.json (Qwen3 -> model_type "sdar", loadable by lmdeploy's dllm backend).
+Adds <|MASK|> to the tokenizer (and an embedding row if needed) and writes block_size and mask_token_id into
+config.json: Qwen3 -> model_type "sdar" (loadable by lmdeploy's dllm backend); other architectures keep their
+model type and get "diffusion": "sdar" (or "wedlm" with --family wedlm). --model-path also takes a pretrained
+start's name (python -m textwm.models.pretrained --list).
+
     python sdar/convert_checkpoint.py --model-path runs/tiny_ar --output-dir runs/tiny_ar_as_sdar --block-size 4
+    python sdar/convert_checkpoint.py --model-path smollm2-135m-instruct --output-dir runs/smollm2_wedlm \
+        --family wedlm --block-size 32
 """
 
 import argparse
+import sys
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-path", required=True, help="causal LM checkpoint folder (or hub id)")
-    p.add_argument("--output-dir", required=True, help="where the SDAR checkpoint is written")
-    p.add_argument("--block-size", type=int, default=4, help="block length the model will be trained with")
+    p.add_argument("--model-path", required=True, help="causal LM checkpoint folder, hub id or pretrained start name")
+    p.add_argument("--output-dir", required=True, help="where the converted checkpoint is written")
+    p.add_argument("--block-size", type=int, default=4,
+                   help="SDAR: block length the model will be trained with; WeDLM: its masking block")
+    p.add_argument("--family", choices=("sdar", "wedlm"), default="sdar", help="what to convert to")
     args = p.parse_args()
 
-    from textwm.models.checkpoint import convert_checkpoint
+    from textwm.models.checkpoint import CheckpointError, convert_checkpoint
 
-    out = convert_checkpoint(args.model_path, args.output_dir, block_size=args.block_size)
-    print(f"SDAR checkpoint -> {out}")
+    try:
+        out = convert_checkpoint(args.model_path, args.output_dir, block_size=args.block_size, family=args.family)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.family.upper() if args.family == 'sdar' else 'WeDLM'} checkpoint -> {out}")
     return 0
 
 

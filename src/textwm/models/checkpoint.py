@@ -92,8 +92,13 @@ class LoadedModel:
 
 
 def _local_path(path: str | os.PathLike) -> Path:
-    """A local checkpoint folder for ``path``, downloading a hub id if the Hub is reachable."""
+    """A local checkpoint folder for ``path``: a folder, a named pretrained start (made in the cache on first
+    use, :mod:`textwm.models.pretrained`), or a hub id (downloaded if the Hub is reachable)."""
+    from textwm.models import pretrained
+
     p = Path(path)
+    if not p.exists() and pretrained.is_start_name(path):
+        return pretrained.pretrained_path(str(path))
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise CheckpointError(f"{p}: not a checkpoint folder (no config.json)")
@@ -288,18 +293,23 @@ def as_autoregressive(model: Any) -> None:
                 delattr(model.config, name)
 
 
-def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_size: int) -> Path:
-    """:func:`convert_to_block_diffusion` on disk: load ``src``, convert, save to ``dst``."""
+def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_size: int,
+                       family: str = "sdar") -> Path:
+    """Convert an AR checkpoint on disk: load ``src`` (a folder, a hub id or a pretrained start name), turn it into
+    an SDAR (:func:`convert_to_block_diffusion`) or a WeDLM (:func:`convert_to_wedlm`) checkpoint, save to ``dst``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
+    converters = {"sdar": convert_to_block_diffusion, "wedlm": convert_to_wedlm}
+    if family not in converters:
+        raise CheckpointError(f"conversion family must be one of {', '.join(converters)}, got {family!r}")
     local = _local_path(src)
     if Path(dst).resolve() == local.resolve():
         raise CheckpointError(f"{dst}: write the converted checkpoint to a new folder")
     tokenizer = AutoTokenizer.from_pretrained(local)
     model = AutoModelForCausalLM.from_pretrained(local, dtype="auto")
-    convert_to_block_diffusion(model, tokenizer, block_size)
+    converters[family](model, tokenizer, block_size)
     out = Path(dst)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
