@@ -82,3 +82,31 @@ def tiny_ar_dir(tmp_path_factory) -> Path:
     from textwm.models.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ar"), TINY_CORPUS, family="ar", vocab_size=400, seed=2)
+
+
+#: Block size of the tiny Llama diffusion checkpoints (converted from the AR one).
+LLAMA_BLOCK = 8
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dirs(tmp_path_factory) -> dict[str, Path]:
+    """A random tiny Llama AR checkpoint (SmolLM2's architecture: no q/k norms, no biases, tied embeddings)
+    and its on-disk conversions (``convert_checkpoint``) to SDAR and WeDLM, block size :data:`LLAMA_BLOCK`."""
+    from textwm.models.checkpoint import convert_checkpoint
+    from textwm.models.tiny import build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("tiny_llama")
+    ar = build_tiny_checkpoint(root / "ar", TINY_CORPUS, family="ar", arch="llama", vocab_size=400, seed=3)
+    return {"ar": ar, **{family: convert_checkpoint(ar, root / family, block_size=LLAMA_BLOCK, family=family)
+                         for family in ("sdar", "wedlm")}}
+
+
+ROOMS = ["kitchen", "hallway", "bedroom", "garden"]
+
+
+@pytest.fixture(scope="session")
+def train_file(tmp_path_factory) -> Path:
+    """16 chat rows (a move between two rooms each) for training runs."""
+    rows = [chat(user=f"State: You are in the {a}.\n\nAction: go to {b}", answer=f"You move to the {b}.")
+            for a in ROOMS for b in ROOMS]
+    return write_lines(tmp_path_factory.mktemp("data") / "train.jsonl", rows)

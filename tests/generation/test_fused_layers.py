@@ -14,8 +14,8 @@ def tokenizer():
     return train_tokenizer(TINY_CORPUS, vocab_size=300, with_mask_token=True)
 
 
-def _model(tokenizer, family="sdar", seed=0, dtype=torch.float64):
-    model = build_tiny_model(tokenizer, family=family, seed=seed).to(dtype).eval()
+def _model(tokenizer, family="sdar", seed=0, dtype=torch.float64, arch="qwen3"):
+    model = build_tiny_model(tokenizer, family=family, seed=seed, arch=arch).to(dtype).eval()
     for p in model.parameters():   # non-trivial norm weights, so that a missing norm shows
         if p.dim() == 1:
             p.data.uniform_(0.5, 1.5)
@@ -37,9 +37,10 @@ def _run(math, model, h, cos, sin):
     return outs
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])     # Llama: no q_norm/k_norm attributes at all
 @pytest.mark.parametrize("family", ["sdar", "ar", "wedlm"])
-def test_fused_layers_equal_the_modules(tokenizer, family):
-    model = _model(tokenizer, family)
+def test_fused_layers_equal_the_modules(tokenizer, family, arch):
+    model = _model(tokenizer, family, arch=arch)
     shape = _shape(model)
     before = {n: p.clone() for n, p in model.named_parameters()}
     fused = FusedLayers(model, compiled=False, **shape)
@@ -90,8 +91,9 @@ def _forward(net, b=2, nq=3, kv_len=12):
     return net.forward(ids, positions, positions.clone(), limits, kv_len=kv_len)
 
 
-def test_the_static_forward_is_the_same_fused_or_not(tokenizer):
-    model = _model(tokenizer)
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_the_static_forward_is_the_same_fused_or_not(tokenizer, arch):
+    model = _model(tokenizer, arch=arch)
     plain = StaticModel(model, rows=2, capacity=16, fused=False)
     fused = StaticModel(model, rows=2, capacity=16, fused=True)
     assert isinstance(fused.layer_math, FusedLayers)

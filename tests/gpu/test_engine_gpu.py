@@ -1,5 +1,6 @@
 """The decode engine on CUDA: its CUDA-graph forwards give the reference decoders' greedy output, token for
-token, for every family and both SDAR rule sets, with rows refilling and joining (run with `pytest -m gpu`).
+token, for every family and both SDAR rule sets, with rows refilling and joining, on Qwen3 and Llama
+checkpoints (run with `pytest -m gpu`).
 
 float64 models, so that the graphed engine and the reference agree far inside any threshold's margin."""
 
@@ -75,6 +76,21 @@ def test_wedlm_and_ar_engines_with_cuda_graphs_equal_the_reference(tiny_wedlm_di
     _check(ar, dataclasses.replace(settings, repetition_penalty=1.5), attention)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "grouped"])
+def test_llama_engines_with_cuda_graphs_equal_the_reference(tiny_llama_dirs, attention):
+    """Llama layers (no q/k norm modules at all) through the compiled fused layers, for every family."""
+    engine = _check(_load(tiny_llama_dirs["ar"]), DecodeSettings(gen_length=12, temperature=0), attention)
+    assert isinstance(engine.net.layer_math, FusedLayers)
+    sdar = _load(tiny_llama_dirs["sdar"], untie_head)
+    for strategy in STRATEGIES:
+        _check(sdar, DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2,
+                                    remasking_strategy=strategy, confidence_threshold=0.3), attention)
+    _check(sdar, DecodeSettings(gen_length=12, temperature=0, sdar_rules="lmdeploy", block_length=8, denoising_steps=1),
+           attention)
+    _check(_load(tiny_llama_dirs["wedlm"], sharpen_head),
+           DecodeSettings(gen_length=12, temperature=0, window_size=8, entropy_threshold=4.6), attention)
+
+
 def test_the_engine_through_the_checkpoints_modules_equals_the_reference(tiny_sdar_dir, tiny_wedlm_dir):
     """The unfused layer path (MoE checkpoints take it) with CUDA graphs."""
     lm = _load(tiny_sdar_dir, untie_head)
@@ -84,11 +100,14 @@ def test_the_engine_through_the_checkpoints_modules_equals_the_reference(tiny_sd
            fused=False)
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_compiled_fused_layers_track_the_modules_in_low_precision(tiny_sdar_dir, dtype):
+def test_compiled_fused_layers_track_the_modules_in_low_precision(request, arch, dtype):
     """Inductor's kernels keep eager's roundings: the fused forward's logits stay within a few bf16 ulps of
     the modules' (float64 tests cannot see a dropped cast), and the argmax agrees nearly everywhere."""
-    lm = load_model(tiny_sdar_dir, device="cuda", dtype="float32")
+    path = request.getfixturevalue("tiny_sdar_dir") if arch == "qwen3" else \
+        request.getfixturevalue("tiny_llama_dirs")["sdar"]
+    lm = load_model(path, device="cuda", dtype="float32")
     model = lm.model.to(dtype)
     fused = StaticModel(model, rows=4, capacity=64, fused=True)
     plain = StaticModel(model, rows=4, capacity=64, fused=False)

@@ -7,20 +7,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import chat, write_lines
 from textwm.data.jsonl import DataError
 from textwm.models.checkpoint import CheckpointError, read_spec
 from textwm.training.config import ConfigError, SFTConfig, load_config
 from textwm.training.trainer import CONFIG_FILE, train
-
-ROOMS = ["kitchen", "hallway", "bedroom", "garden"]
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory) -> Path:
-    rows = [chat(user=f"State: You are in the {a}.\n\nAction: go to {b}", answer=f"You move to the {b}.")
-            for a in ROOMS for b in ROOMS]
-    return write_lines(tmp_path_factory.mktemp("data") / "train.jsonl", rows)
 
 
 def _config(model, train_file, out, **kw) -> SFTConfig:

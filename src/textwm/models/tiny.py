@@ -1,12 +1,13 @@
-"""Tiny random Qwen3-architecture world models, with a tokenizer trained in code.
+"""Tiny random world models (Qwen3 or Llama architecture), with a tokenizer trained in code.
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained on the given texts (with Qwen's
-special tokens and a ChatML chat template), and a Qwen3 model of a named size is initialised at
-random (``family="sdar_moe"``: a Qwen3-MoE one, SDAR-30B-A3B's architecture, with
-:data:`TINY_MOE` experts). Used by the tests, CPU runs, the demo, and the GPU benchmarks
-(``qwen3-8b`` shape).
+special tokens and a ChatML chat template), and a model of a named size is initialised at random:
+Qwen3 by default (``family="sdar_moe"``: a Qwen3-MoE one, SDAR-30B-A3B's architecture, with
+:data:`TINY_MOE` experts), or Llama with ``arch="llama"`` (SmolLM2's architecture: no q/k norms, no
+biases). Used by the tests, CPU runs, the demo, and the GPU benchmarks (``qwen3-8b`` shape).
 
     build_tiny_checkpoint("runs/tiny_sdar", texts, family="sdar", size="tiny", block_size=4)
+    build_tiny_checkpoint("runs/tiny_llama_sdar", texts, family="sdar", arch="llama")
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ SIZES: dict[str, ModelSize] = {
 #: layer sparse, top-k weights renormalised (SDAR-30B-A3B / Qwen3-30B-A3B: 128 experts, 8 per token).
 TINY_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": True}
 TINY_FAMILIES = ("ar", "sdar", "sdar_moe", "wedlm")
+#: Architectures of the tiny models: ``qwen3`` (``Qwen3ForCausalLM``; SDAR ones in the SDAR release format,
+#: :mod:`textwm.models.sdar`) or ``llama`` (``LlamaForCausalLM``, SmolLM2's; diffusion families keep the
+#: ``llama`` model type and say ``"diffusion": "sdar" | "wedlm"``, as converted checkpoints do).
+TINY_ARCHS = ("qwen3", "llama")
+#: What the Llama models set beyond the shape: no biases (SmolLM2's config), and SmolLM2's RoPE base.
+LLAMA_FIELDS = {"attention_bias": False, "mlp_bias": False, "rope_theta": 100000.0}
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_token: bool = False) -> Any:
@@ -88,44 +95,54 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_t
     return fast
 
 
-def tiny_config(size: str, *, vocab_size: int, family: str = "ar", block_size: int = 4,
+def tiny_config(size: str, *, vocab_size: int, family: str = "ar", arch: str = "qwen3", block_size: int = 4,
                 mask_token_id: int | None = None, pad_token_id: int | None = None,
                 eos_token_id: int | list[int] | None = None, max_position_embeddings: int = 40960) -> Any:
-    """A Qwen3 (``family="ar"``), SDAR (``"sdar"``), SDAR-MoE (``"sdar_moe"``: Qwen3-MoE plus the
-    SDAR fields, :data:`TINY_MOE` experts) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM fields)
-    config of a named :data:`SIZES` shape."""
-    from transformers import Qwen3Config
+    """A config of a named :data:`SIZES` shape for ``family`` and ``arch``.
+
+    Qwen3 (``arch="qwen3"``): Qwen3 (``family="ar"``), SDAR (``"sdar"``), SDAR-MoE (``"sdar_moe"``:
+    Qwen3-MoE plus the SDAR fields, :data:`TINY_MOE` experts) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM
+    fields). Llama (``arch="llama"``, :data:`LLAMA_FIELDS`): ``ar``, ``sdar`` and ``wedlm`` are a Llama
+    config, the diffusion ones with ``block_size``, ``mask_token_id`` and ``"diffusion": family`` added;
+    there is no Llama ``sdar_moe``.
+    """
+    from transformers import LlamaConfig, Qwen3Config
 
     from textwm.models.checkpoint import DIFFUSION_FIELD
     from textwm.models.sdar import SDARConfig, SDARMoeConfig
 
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"arch must be one of {', '.join(TINY_ARCHS)}, got {arch!r}")
+    if family not in TINY_FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+    if arch == "llama" and family == "sdar_moe":
+        raise ValueError("family sdar_moe is Qwen3-MoE (SDAR-30B-A3B's architecture) only: use arch='qwen3', "
+                         "or family sdar for a dense Llama block-diffusion model")
+    if family != "ar" and mask_token_id is None:
+        raise ValueError(f"family {family} needs mask_token_id (the mask embedding row)")
     shape = SIZES[size].__dict__
     common = dict(vocab_size=vocab_size, max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
                   pad_token_id=pad_token_id, eos_token_id=eos_token_id, rms_norm_eps=1e-6, **shape)
-    if family == "ar":
-        return Qwen3Config(**common)
-    if family in ("sdar", "sdar_moe") and mask_token_id is None:
-        raise ValueError(f"an {family} config needs mask_token_id")
-    if family == "sdar":
+    if arch == "qwen3" and family == "sdar":
         return SDARConfig(block_size=block_size, mask_token_id=mask_token_id, **common)
     if family == "sdar_moe":
         return SDARMoeConfig(block_size=block_size, mask_token_id=mask_token_id,
                              moe_intermediate_size=max(SIZES[size].intermediate_size // 4, 1), **TINY_MOE, **common)
-    if family == "wedlm":
-        if mask_token_id is None:
-            raise ValueError("a WeDLM config needs mask_token_id")
-        config = Qwen3Config(**common)
+    # No bos token: the tokenizer has none (LlamaConfig would default bos_token_id to 1).
+    config = Qwen3Config(**common) if arch == "qwen3" else LlamaConfig(bos_token_id=None, **LLAMA_FIELDS, **common)
+    if family != "ar":   # marked as convert_to_wedlm / convert_to_block_diffusion mark such checkpoints
         config.block_size, config.mask_token_id = block_size, mask_token_id
-        setattr(config, DIFFUSION_FIELD, "wedlm")
-        return config
-    raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
+        setattr(config, DIFFUSION_FIELD, family)
+    return config
 
 
 def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
-                     seed: int = 0, vocab_size: int | None = None, mask_token_id: int | None = None) -> Any:
-    """A randomly initialised model matching ``tokenizer`` (``vocab_size`` may pad the embedding).
+                     seed: int = 0, vocab_size: int | None = None, mask_token_id: int | None = None,
+                     arch: str = "qwen3") -> Any:
+    """A randomly initialised model matching ``tokenizer`` (``vocab_size`` may pad the embedding), of
+    architecture ``arch`` (:data:`TINY_ARCHS`, :func:`tiny_config`).
 
     ``mask_token_id`` puts the mask at an embedding row past the tokenizer's vocabulary instead of the
     tokenizer's ``<|MASK|>``: lmdeploy hard-codes 151669 for SDAR, so a checkpoint it serves needs that id.
@@ -139,7 +156,7 @@ def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", 
 
     ids = [tokenizer.convert_tokens_to_ids(t) for t in (IM_END, ENDOFTEXT)]
     mask = tokenizer.mask_token_id if mask_token_id is None else mask_token_id
-    config = tiny_config(size, vocab_size=rows, family=family, block_size=block_size,
+    config = tiny_config(size, vocab_size=rows, family=family, arch=arch, block_size=block_size,
                          mask_token_id=mask, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=ids)
     torch.manual_seed(seed)
@@ -162,8 +179,9 @@ def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> P
 
 def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, family: str = "ar",
                           size: str = "tiny", block_size: int = 4, vocab_size: int = 2048, seed: int = 0,
-                          embedding_rows: int | None = None, mask_token_id: int | None = None) -> Path:
-    """Train a tokenizer on ``texts``, build a random model of ``size``, save both to ``out_dir``.
+                          embedding_rows: int | None = None, mask_token_id: int | None = None,
+                          arch: str = "qwen3") -> Path:
+    """Train a tokenizer on ``texts``, build a random ``arch`` model of ``size``, save both to ``out_dir``.
 
     ``vocab_size`` bounds the BPE vocabulary; ``embedding_rows`` pads the embedding beyond it (to
     reach a real model's parameter count, e.g. 151936 rows like Qwen3); ``mask_token_id``: see
@@ -171,10 +189,11 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
     """
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family != "ar")
     model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
-                             vocab_size=embedding_rows, mask_token_id=mask_token_id)
+                             vocab_size=embedding_rows, mask_token_id=mask_token_id, arch=arch)
     path = save_checkpoint(model, tokenizer, out_dir)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("tiny %s model (%s, %.2fM parameters, vocab %d) -> %s", family, size, n_params / 1e6, len(tokenizer), path)
+    log.info("tiny %s %s model (%s, %.2fM parameters, vocab %d) -> %s", arch, family, size, n_params / 1e6,
+             len(tokenizer), path)
     return path
 
 

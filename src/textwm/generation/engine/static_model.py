@@ -14,7 +14,7 @@ A forward first writes its own K/V, then attends, so a query sees the keys of it
 limit admits. Columns past a row's limit may hold anything (an earlier scratch forward, another request):
 they are never read.
 
-The forward computes what transformers' Qwen2/Qwen3-style decoder computes, with the checkpoint's own
+The forward computes what transformers' Llama/Qwen2/Qwen3-style decoder computes, with the checkpoint's own
 embedding, RoPE and head; the layers run either fused (:class:`~textwm.generation.engine.fused_layers.FusedLayers`:
 one GEMM for q/k/v and one for gate/up, the elementwise work compiled into a few kernels) or through the
 checkpoint's modules (:class:`~textwm.generation.engine.fused_layers.ModuleLayers`: MoE and other layers the
@@ -57,7 +57,7 @@ def check_architecture(model: Any) -> None:
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None or not hasattr(inner, "rotary_emb") or not hasattr(model, "lm_head"):
-        raise UnsupportedModel(f"{type(model).__name__}: the decode engine runs Qwen2/Qwen3-style causal LMs "
+        raise UnsupportedModel(f"{type(model).__name__}: the decode engine runs Llama/Qwen2/Qwen3-style causal LMs "
                                "(model.model.layers, rotary_emb, lm_head); decode with engine=reference")
     needed = ("q_proj", "k_proj", "v_proj", "o_proj")
     for i, layer in enumerate(layers):
@@ -80,7 +80,7 @@ class StaticModel:
             each KV head read once), or ``"auto"``: limited where the kernel runs (CUDA, Triton, bf16/fp16/fp32),
             else SDPA.
         fused: run the layers fused (``True``; raises :class:`~textwm.generation.engine.fused_layers.NotFusable`
-            if they are not Qwen2/Qwen3 dense layers), through their modules (``False``), or fused when
+            if they are not Llama/Qwen2/Qwen3 dense layers), through their modules (``False``), or fused when
             possible (``None``). Fusing rebinds the q/k/v and gate/up weights as views of concatenated
             tensors (same values, no extra memory).
     """
