@@ -4,6 +4,8 @@
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison   # one GPU
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --until agents  # GPU part
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --parallel 3  # 3 arms at once
+    python scripts/wm_comparison.py --init smollm2-135m-instruct --data-dir runs/sciworld_data --out runs/wmc_smollm2
+        # the pretrained regime: AR fine-tuned, SDAR / WeDLM converted and fine-tuned, epochs until held-out loss stops
 """
 
 import argparse
@@ -36,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo dataset)")
     p.add_argument("--env", help=f"env of the demo dataset (default: {defaults.env})")
     p.add_argument("--families", nargs="+", choices=FAMILIES, help="default: all three")
-    p.add_argument("--regimes", nargs="+", choices=REGIMES, help="default: both")
+    p.add_argument("--regimes", nargs="+", choices=REGIMES, help="default: scratch convert; --init: pretrained")
+    p.add_argument("--init", help="the pretrained regime's start: a pretrained start's name (python -m "
+                                  "textwm.models.pretrained --list) or an AR checkpoint folder")
+    p.add_argument("--sdar-denoising-steps", nargs="+", type=int,
+                   help=f"pretrained regime: SDAR's greedy passes (default: {' '.join(map(str, defaults.sdar_denoising_steps))})")
+    p.add_argument("--temperatures", nargs="+", type=float,
+                   help=f"pretrained regime: the best epoch's sampling (default: {' '.join(map(str, defaults.temperatures))})")
     p.add_argument("--grpo-families", nargs="+", choices=FAMILIES, help="Stage 2's world models (default: ar sdar)")
     p.add_argument("--agent-tasks", nargs="*", metavar="TYPE",
                    help="Stage 2's task types (its agent's demos, GRPO tasks and real-env rows); none: every type "
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("batch_size", int), ("learning_rate", float), ("cutoff_len", int), ("save_steps", int),
                        ("eval_rows", int), ("gen_length", int), ("samples", int), ("temperature", float),
                        ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int),
+                       ("max_epochs", int), ("patience", int), ("bootstrap", int),
                        ("agent_size", str), ("agent_vocab_size", int), ("agent_cutoff_len", int),
                        ("agent_sft_steps", int), ("agent_learning_rate", float),
                        ("grpo_steps", int), ("grpo_turns", int), ("grpo_learning_rate", float),
@@ -60,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ComparisonConfig)
                  if f.name != "smoke" and getattr(args, f.name, None) is not None}
-    for name in ("families", "regimes", "grpo_families", "agent_tasks"):
+    for name in ("families", "regimes", "grpo_families", "agent_tasks", "sdar_denoising_steps", "temperatures"):
         if name in overrides:
             overrides[name] = tuple(overrides[name])
     try:

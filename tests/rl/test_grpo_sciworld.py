@@ -91,3 +91,25 @@ def test_sft_one_step(sciworld_data, tiny_agent, tmp_path):
     (run,) = (tmp_path / "sft").glob("v*-*")
     assert (run / "checkpoint-1" / "config.json").is_file()
     assert any("loss" in json.loads(x) for x in (run / "logging.jsonl").read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_grpo_step_with_the_pretrained_smollm2_agent(sciworld_data, wm_stack, tmp_path):
+    """SmolLM2-135M-Instruct (a Llama, textwm.models.pretrained) as the agent: swift's llama model type and chatml
+    template, one GRPO step inside the world model."""
+    pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")
+    from textwm.models.pretrained import pretrained_path
+    from textwm.rl.launch import swift_model_args
+
+    agent = pretrained_path("smollm2-135m-instruct")
+    model_type, template = swift_model_args(agent)
+    out = tmp_path / "grpo"
+    res = run_script("run_sciworld_qwen3_grpo.sh", "--max_steps", "1", env={
+        **stack.TINY_GRPO, "MODEL_PATH": str(agent), "MODEL_TYPE": model_type, "TEMPLATE": template,
+        "WM_ENDPOINT": wm_stack, "DATA": str(sciworld_data / "rl_train.jsonl"), "OUTPUT_DIR": str(out)}, timeout=900)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    (run,) = out.glob("v*-*")
+    lines = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(x["turns"] >= 1 and not x["wm_error"] for x in lines)
+    logs = [json.loads(x) for x in (run / "logging.jsonl").read_text().splitlines()]
+    assert any("rewards/SciWorldReward/mean" in r for r in logs)

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from textwm.rl.launch import PLUGIN, GRPOConfig
 
 
@@ -42,3 +44,17 @@ def test_the_knobs_come_from_the_environment(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "textwm.rl.launch", "--env", "sciworld"], capture_output=True,
                          text=True, env={**env, "DATA": str(tmp_path / "nope.jsonl")}, check=False)
     assert bad.returncode == 2 and "DATA" in bad.stderr and "build_wm_dataset.py" in bad.stderr
+
+
+def test_swift_model_args_follow_the_agents_architecture(tmp_path):
+    from textwm.config import ConfigError
+    from textwm.rl.launch import swift_model_args
+
+    for model_type, expected in (("qwen3", ("qwen3", "qwen3")), ("llama", ("llama", "chatml"))):
+        (tmp_path / model_type).mkdir()
+        (tmp_path / model_type / "config.json").write_text(json.dumps({"model_type": model_type}))
+        assert swift_model_args(tmp_path / model_type) == expected
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ConfigError, match="model_type 'gpt2'.*--model-type and --template"):
+        swift_model_args(tmp_path / "gpt2")

@@ -4,11 +4,15 @@
 from textwm.envs.task_types import AGENT_FILES  # Stage 2's files from the data folder
 
 FAMILIES = ("ar", "sdar", "wedlm")
-REGIMES = ("scratch", "convert")
+#: ``scratch``: random inits; ``convert``: an AR head start converted to each family; ``pretrained``: a pretrained
+#: AR start (``ComparisonConfig.init``) fine-tuned, or converted and fine-tuned, epoch by epoch.
+REGIMES = ("scratch", "convert", "pretrained")
+#: The regimes of random-init runs (the default).
+RANDOM_INIT_REGIMES = ("scratch", "convert")
 #: SDAR's block length, WeDLM's masking block (the demo's and the paper's settings for these sizes).
 BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 
-__all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "ComparisonError"]
+__all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "RANDOM_INIT_REGIMES", "REGIMES", "ComparisonError"]
 
 
 class ComparisonError(RuntimeError):

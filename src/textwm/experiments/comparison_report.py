@@ -226,6 +226,12 @@ def write_report(comparison: Any) -> Path:
 
     c, done = comparison.config, comparison.state["done"]
     out = comparison.path("report.md")
+    if c.init:
+        from textwm.experiments.pretrained_report import section
+
+        with atomic_write(out) as f:
+            f.write("\n".join(section(comparison)))
+        return out
     init = done["init"]
     parts = [
         "# AR vs SDAR vs WeDLM world models at equal size, rows and steps\n",

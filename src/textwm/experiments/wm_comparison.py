@@ -6,7 +6,10 @@ initialisation shape and one tokenizer (trained on the rows, with the mask token
 same parameter count) and trains on the same rows in the same order for the same number of steps:
 
 - ``scratch``: each family from its random init for ``steps``;
-- ``convert``: the SDAR / WeDLM recipe. An AR model trains for ``head_start`` x ``steps`` (the arm
+- ``pretrained`` (with ``init``, a pretrained start's name or an AR checkpoint): the paper's recipe at a size one
+  GPU runs. The AR arm is fine-tuned from the start, the SDAR and WeDLM arms are converted from it and fine-tuned,
+  epoch by epoch until the held-out loss stops improving (:mod:`textwm.experiments.pretrained_regime`);
+- ``convert``: the SDAR / WeDLM recipe from random weights. An AR model trains for ``head_start`` x ``steps`` (the arm
   ``convert/ar_head``), then the trainer converts it to each family (the project's AR -> SDAR / WeDLM
   conversion, announced in its log) and trains the rest of the steps; the AR arm continues AR training
   from the same checkpoint for the same steps. Each continuation is a new trainer run: a fresh cosine
@@ -41,7 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
-from textwm.experiments.common import AGENT_FILES, BLOCKS, FAMILIES, REGIMES, ComparisonError
+from textwm.experiments.common import (
+    AGENT_FILES,
+    BLOCKS,
+    FAMILIES,
+    RANDOM_INIT_REGIMES,
+    REGIMES,
+    ComparisonError,
+)
 
 __all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
            "ComparisonError", "plan_arms"]
@@ -72,7 +82,18 @@ class ComparisonConfig:
     data_dir: str = ""
     smoke: bool = False
     families: tuple[str, ...] = FAMILIES
-    regimes: tuple[str, ...] = REGIMES
+    regimes: tuple[str, ...] = RANDOM_INIT_REGIMES
+    #: The pretrained regime's start: a pretrained start's name (textwm.models.pretrained) or an AR checkpoint.
+    init: str = ""
+    #: Pretrained regime: epochs at most, and epochs without a better held-out loss before an arm stops.
+    max_epochs: int = 8
+    patience: int = 1
+    #: Pretrained regime: SDAR's greedy decodings at each of these denoising steps per block (4 = one token a step).
+    sdar_denoising_steps: tuple[int, ...] = (4, 1)
+    #: Pretrained regime: the best epoch sampled at each temperature (``samples`` decodings per prompt).
+    temperatures: tuple[float, ...] = (0.3, 0.7, 1.0)
+    #: Bootstrap resamples of the held-out rows for the 95% intervals on the scores (0: none).
+    bootstrap: int = 1000
     # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
     # trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
     size: str = "qwen3-0.6b"
@@ -129,6 +150,15 @@ class ComparisonConfig:
             raise ValueError(f"families come from {', '.join(FAMILIES)} and regimes from {', '.join(REGIMES)}; "
                              f"got families {' '.join(self.families) or '(none)'}, regimes "
                              f"{' '.join(self.regimes) or '(none)'}")
+        if ("pretrained" in self.regimes) != bool(self.init) or (self.init and len(self.regimes) > 1):
+            raise ValueError("the pretrained regime needs init (a pretrained start's name or an AR checkpoint), and "
+                             f"init runs the pretrained regime alone; got regimes {' '.join(self.regimes)}, init "
+                             f"{self.init or '(none)'}")
+        if self.init and self.stage2:
+            raise ValueError("Stage 2 is not run on the pretrained regime yet: pass --no-stage2")
+        if self.init and (not self.temperatures or min(self.temperatures) <= 0 or not self.sdar_denoising_steps
+                          or min(self.sdar_denoising_steps) < 1 or self.max_epochs < 1 or self.patience < 1):
+            raise ValueError("temperatures must be > 0, sdar_denoising_steps, max_epochs and patience >= 1")
         if self.stage2 and not set(self.grpo_families) <= set(self.families):
             raise ValueError(f"grpo_families ({' '.join(self.grpo_families)}) must be among the families trained "
                              f"({' '.join(self.families)})")
@@ -151,12 +181,20 @@ class ComparisonConfig:
 
         builder = get_env(overrides.get("env", cls.env)).dataset_builder()
         settings: dict[str, Any] = {"agent_tasks": getattr(builder, "small_agent_tasks", ())}
+        if overrides.get("init"):
+            # A 135M start on one GPU: ~1,000 held-out rows (an interval of about +-0.03 on a rate near 0.5),
+            # fine-tuning rate and batch of a model of that size; Stage 2 of this regime is not built yet.
+            settings.update(regimes=("pretrained",), stage2=False, batch_size=32, learning_rate=1e-4,
+                            eval_rows=1000, per_batch=64, samples=2)
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
                             save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
                             agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_generations=2,
                             grpo_completion_length=16, grpo_turns=3, agent_episodes=2, agent_turns=4,
                             workers=2, agent_tasks=())
+            if overrides.get("init"):
+                settings.update(regimes=("pretrained",), stage2=False, batch_size=4, learning_rate=1e-4,
+                                eval_rows=8, max_epochs=2, temperatures=(0.7,), bootstrap=50, per_batch=8)
         return cls(**{**settings, **overrides})
 
     @property
@@ -186,6 +224,8 @@ class Arm:
 def plan_arms(config: ComparisonConfig) -> list[Arm]:
     """The arms in training order (a ``convert`` head start before the arms that continue from it)."""
     arms = []
+    if "pretrained" in config.regimes:     # epochs decide how far each arm trains, not steps
+        arms += [Arm(f"pretrained/{f}", "pretrained", f, "init", 0) for f in config.families]
     if "scratch" in config.regimes:
         arms += [Arm(f"scratch/{f}", "scratch", f, "init", config.steps) for f in config.families]
     if "convert" in config.regimes:
@@ -326,12 +366,21 @@ class Comparison:
         self.train_all()
         trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
         self.state["data_checks"] = check_same_data(trained, self.arms)
+        if self.config.init:
+            from textwm.experiments.pretrained_regime import check_same_epochs
+
+            self.state["data_checks"] += check_same_epochs(trained)
         write_json(self.state_file, self.state)
         if until == "train":
             self.echo("every arm is trained; decode, score and report with the same command without --until")
             return None
         scored = [a for a in self.arms if a.scored]
         for arm in scored:
+            if arm.regime == "pretrained":
+                from textwm.experiments import pretrained_regime
+
+                pretrained_regime.generate_arm(self, arm)
+                continue
             self._step(f"generate/{arm.name}", lambda arm=arm: self.generate_arm(arm))
         if until in ("generate", "agents"):
             if until == "agents" and self.config.stage2:
@@ -396,11 +445,15 @@ class Comparison:
         return {"train_rows": train_rows, "eval_rows": len(rows), "source": c.data_dir or f"{c.env} demo dataset"}
 
     def stage_init(self) -> dict[str, Any]:
-        """One tokenizer (with the mask token, for every family: equal vocabularies and parameter counts) and
+        """The pretrained start (resolved, :func:`textwm.experiments.pretrained_regime.start_record`); or one tokenizer (with the mask token, for every family: equal vocabularies and parameter counts) and
         one random initialisation per family from the same seed."""
         from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
 
         c = self.config
+        if c.init:
+            from textwm.experiments.pretrained_regime import start_record
+
+            return start_record(self)
         rows = read_jsonl(self.path("data", "wm_train.jsonl")).rows
         tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=True)
         params = {}
@@ -488,6 +541,10 @@ class Comparison:
         return result
 
     def _train(self, arm: Arm) -> dict[str, Any]:
+        if arm.regime == "pretrained":
+            from textwm.experiments.pretrained_regime import train_by_epochs
+
+            return train_by_epochs(self, arm)
         import torch
 
         from textwm.training.config import SFTConfig
@@ -549,6 +606,11 @@ class Comparison:
     def score_arm(self, arm: Arm) -> dict[str, Any]:
         """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""
         from textwm.metrics.scorer import ScoreOptions, score_file
+
+        if arm.regime == "pretrained":
+            from textwm.experiments.pretrained_regime import score_arm
+
+            return score_arm(self, arm)
 
         c = self.config
         folder = self.path("eval", arm.folder)

@@ -43,12 +43,13 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
     """GRPO for ``run.steps`` steps with the world model at ``endpoint``; the trained agent goes to ``agent_out``.
 
     Raises ``RuntimeError`` naming the log when swift exits non-zero. Returns the figures of the run."""
-    from textwm.rl.launch import GRPOConfig
+    from textwm.rl.launch import GRPOConfig, swift_model_args
     from textwm.rl.launch import run as run_grpo
 
     shutil.rmtree(out, ignore_errors=True)
     extra = {"lr": run.learning_rate} if run.learning_rate is not None else {}
-    grpo = GRPOConfig(env=run.env, data=run.rows, model_path=run.agent_path, model_type="qwen3", template="qwen3",
+    model_type, template = swift_model_args(run.agent_path)
+    grpo = GRPOConfig(env=run.env, data=run.rows, model_path=run.agent_path, model_type=model_type, template=template,
                       wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name=run.run_name,
                       num_gpus=run.num_gpus, num_generations=run.num_generations,
                       per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,

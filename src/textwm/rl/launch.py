@@ -56,6 +56,27 @@ def default_swift() -> str:
     return str(beside) if beside.exists() else "swift"
 
 
+#: ms-swift's model type and chat template by a checkpoint's architecture (``config.json`` model_type), for the
+#: agents trained here: Qwen3 ones (the tiny agents, ChatML with Qwen's tokens) take swift's qwen3 pair; Llama ones
+#: with a ChatML chat template (SmolLM2-135M-Instruct, ``textwm.models.pretrained``) take llama and chatml.
+SWIFT_MODEL_ARGS = {"qwen3": ("qwen3", "qwen3"), "llama": ("llama", "chatml")}
+
+
+def swift_model_args(model_path: str | os.PathLike) -> tuple[str, str]:
+    """(ms-swift ``--model_type``, ``--template``) of an agent checkpoint, by :data:`SWIFT_MODEL_ARGS`.
+
+    Raises:
+        ConfigError: an architecture with no entry (name the pair with --model-type and --template).
+    """
+    from textwm.data.jsonl import read_json
+
+    model_type = read_json(Path(model_path) / "config.json").get("model_type")
+    if model_type not in SWIFT_MODEL_ARGS:
+        raise ConfigError(f"{model_path}: no ms-swift model type and template known for model_type {model_type!r} "
+                          f"(known: {', '.join(SWIFT_MODEL_ARGS)}); give them with --model-type and --template")
+    return SWIFT_MODEL_ARGS[model_type]
+
+
 def _knob(default, help: str, env: str, **kwargs):
     """A field whose default can come from the environment variable the shell launchers have always read."""
     return option(default, help, env=env, **kwargs)

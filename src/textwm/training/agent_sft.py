@@ -6,6 +6,8 @@ demos become one row per assistant turn (:mod:`textwm.data.agent_turns`).
 
     figures = train_agent_on_demos(AgentSFT(demos="data/sft_train.jsonl", tasks="data/rl_train.jsonl",
                                             out="runs/agent", steps=300))
+    # or a pretrained start fine-tuned on the demos (textwm.models.pretrained):
+    AgentSFT(..., init="smollm2-135m-instruct", learning_rate=5e-5)
     # the agent: runs/agent/sft/final (textwm.eval.run --agent-path, or the GRPO launcher's model path)
 """
 
@@ -30,6 +32,9 @@ class AgentSFT:
     learning_rate: float = 3e-3
     batch_size: int = 8
     seed: int = 0
+    #: The agent to fine-tune: a pretrained start's name or an AR checkpoint folder; empty: a tiny random model
+    #: of ``size`` whose tokenizer is trained on the task rows and demos (``size`` and ``vocab_size`` apply to it).
+    init: str = ""
 
     @property
     def final(self) -> Path:
@@ -43,7 +48,8 @@ def sft_agent_path(out: str | Path) -> Path:
 
 
 def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
-    """Build the agent (``<out>/init``) and train it (``<out>/sft/final``); returns what it trained on and how."""
+    """Build the agent (``<out>/init``; or take ``job.init``) and train it (``<out>/sft/final``); returns what it
+    trained on and how."""
     import torch
 
     if job.steps < 1:
@@ -58,15 +64,18 @@ def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
     rows = agent_turn_rows(demos)
     turns = out / "sft_turns.jsonl"
     write_jsonl(turns, rows)
-    tasks = read_jsonl(job.tasks).rows
-    build_tiny_checkpoint(out / "init", list(chat_texts(tasks + demos.rows)), family="ar", size=job.size,
-                          vocab_size=job.vocab_size, seed=job.seed + 1)
+    start = job.init
+    if not start:
+        tasks = read_jsonl(job.tasks).rows
+        build_tiny_checkpoint(out / "init", list(chat_texts(tasks + demos.rows)), family="ar", size=job.size,
+                              vocab_size=job.vocab_size, seed=job.seed + 1)
+        start = str(out / "init")
     result = train(SFTConfig(
-        model_name_or_path=str(out / "init"), objective="ar", train_file=str(turns), output_dir=str(out / "sft"),
+        model_name_or_path=start, objective="ar", train_file=str(turns), output_dir=str(out / "sft"),
         final_dir="final", cutoff_len=job.cutoff_len, truncate_mode="cut", learning_rate=job.learning_rate,
         per_device_train_batch_size=job.batch_size, max_steps=job.steps, lr_scheduler_type="cosine",
         warmup_ratio=0.05, logging_steps=max(1, job.steps // 10), save_steps=job.steps, save_total_limit=1,
         seed=job.seed, bf16=torch.cuda.is_available()))
-    return {"demos": len(demos.rows), "turn_rows": len(rows), "steps": result.global_step,
+    return {"demos": len(demos.rows), "turn_rows": len(rows), "steps": result.global_step, "init": job.init or "tiny",
             "train_loss": round(result.train_loss, 4),
             "loss_curve": [(h["step"], h["loss"]) for h in result.log_history if "loss" in h and "step" in h]}

@@ -269,6 +269,9 @@ class TrainResult:
     data_digest: str = ""
     #: The HF Trainer's log history (loss per logging step, eval loss, ...).
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    #: The objective's loss on ``eval_file`` after the last step (None without an eval file). The diffusion
+    #: objectives draw their masks at random, so this is one draw's estimate, seeded by the config's seed.
+    eval_loss: float | None = None
 
 
 def training_arguments(config: SFTConfig) -> TrainingArguments:
@@ -383,7 +386,12 @@ def train(config: SFTConfig) -> TrainResult:
     if trainer.is_world_process_zero():
         save_config(config, final / CONFIG_FILE)
     log.info("training done: %d steps, train loss %.4f -> %s", result.global_step, result.training_loss, final)
+    eval_loss = None
+    if eval_rows is not None:
+        torch.manual_seed(config.seed)     # the same masks for every evaluation of the same rows
+        eval_loss = float(trainer.evaluate()["eval_loss"])
+        log.info("eval loss after the last step: %.4f", eval_loss)
     return TrainResult(output_dir=final, global_step=result.global_step, train_loss=result.training_loss,
                        metrics=dict(result.metrics), tokens_seen=trainer.tokens_seen,
                        answer_tokens_seen=trainer.answer_tokens_seen, data_digest=trainer.data_digest,
-                       log_history=list(trainer.state.log_history))
+                       log_history=list(trainer.state.log_history), eval_loss=eval_loss)
