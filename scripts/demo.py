@@ -45,6 +45,11 @@ def main() -> int:
     p.add_argument("--eval-rows", type=int, help=f"held-out transitions scored (default: {defaults.eval_rows})")
     p.add_argument("--agent-sft-steps", type=int, help=f"the agent's SFT steps on the gold demos before GRPO (0: a "
                    f"random agent; default: {defaults.agent_sft_steps})")
+    p.add_argument("--agent-init", help="the agent's start: a pretrained start's name (python -m "
+                                        "textwm.models.pretrained --list) or an AR checkpoint (default: "
+                                        f"{defaults.agent_init or 'a tiny random agent'})")
+    p.add_argument("--agent-learning-rate", type=float,
+                   help=f"the agent SFT's learning rate (default: {defaults.agent_learning_rate})")
     p.add_argument("--grpo-steps", type=int, help=f"GRPO steps (default: {defaults.grpo_steps})")
     p.add_argument("--agent-episodes", type=int, help=f"agent episodes per evaluation (default: {defaults.agent_episodes})")
     p.add_argument("--agent-turns", type=int, help=f"turns per agent episode (default: {defaults.agent_turns})")

@@ -70,8 +70,13 @@ class DemoConfig:
     eval_rows: int = 120
     gen_length: int = 48
     denoising_steps: int = 2
-    #: Steps of the agent's SFT on the gold demos before GRPO (0: GRPO from a random agent).
+    #: Steps of the agent's SFT on the gold demos before GRPO (0: GRPO from the agent's start as it is).
     agent_sft_steps: int = 150
+    #: The agent's start: a pretrained start's name (``python -m textwm.models.pretrained --list``) or an AR
+    #: checkpoint; empty: a tiny random model of ``size`` whose tokenizer is trained on the agent's rows.
+    agent_init: str = ""
+    #: The agent SFT's learning rate (a tiny random agent learns at 3e-3; a pretrained one wants ~1e-4 or less).
+    agent_learning_rate: float = 3e-3
     grpo_steps: int = 3
     grpo_turns: int = 4
     agent_episodes: int = 6
@@ -290,7 +295,13 @@ class Demo:
             figures["agent_sft"] = train_agent_on_demos(AgentSFT(
                 demos=str(demos), tasks=str(self.agent_file("rl_train.jsonl")), out=str(self.path("agent")),
                 steps=c.agent_sft_steps, size=c.size, vocab_size=c.vocab_size, cutoff_len=c.cutoff_len,
-                seed=c.seed))
+                learning_rate=c.agent_learning_rate, seed=c.seed, init=c.agent_init))
+        elif c.agent_init:
+            from textwm.models.checkpoint import read_spec
+
+            shutil.rmtree(self.path("agent_init"), ignore_errors=True)
+            shutil.copytree(read_spec(c.agent_init).path, self.path("agent_init"))
+            figures["agent_sft"] = {"skipped": "no gold demos" if c.agent_sft_steps else "agent_sft_steps is 0"}
         else:
             agent_rows = read_jsonl(self.agent_file("rl_train.jsonl")).rows + demo_rows
             build_tiny_checkpoint(self.path("agent_init"), list(chat_texts(agent_rows)), family="ar", size=c.size,

@@ -45,7 +45,7 @@ def budget_winner(scores: dict[str, dict[str, Any]], families: list[str]) -> lis
             "an AR head start."]
 
 
-def agent_verdict(agent: dict[str, Any], reward_per_step: list[float]) -> list[str]:
+def agent_verdict(agent: dict[str, Any], reward_per_step: list[float], agent_init: str = "") -> list[str]:
     """The agent's real-env successes before and after GRPO, said plainly: what each stage of its training did."""
     def real(name: str) -> dict[str, Any]:
         return (agent.get(name) or {}).get("real") or {}
@@ -58,12 +58,13 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float]) -> list[s
     def said(r: dict[str, Any]) -> str:
         return f"{r['successes']} of {r['episodes']} held-out tasks ({fmt_ci(r.get('success_ci95'))})"
 
-    start = "after its SFT on the gold demos" if before_name == "agent_sft" else "as a random agent (no SFT)"
+    start = ("after its SFT on the gold demos" if before_name == "agent_sft" else
+             "as its start, before any training" if agent_init else "as a random agent (no SFT)")
     change = ("no change" if before["successes"] == after["successes"] else
               "up" if after["successes"] > before["successes"] else "down")
     return [f"**The agent in the real env:** {said(before)} {start}, then {said(after)} after "
             f"{len(reward_per_step)} GRPO steps inside the world model ({change}; a handful of steps on a few tasks "
-            "moves a tiny agent little).", ""]
+            "moves an agent little).", ""]
 
 
 def render(config: Any, records: dict[str, Any], out: Path) -> str:
@@ -71,9 +72,12 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
 
     spec = get_env(config.env)
     fig = {name: rec.figures for name, rec in records.items()}
+    agent_start = (f"the agent is the pretrained `{config.agent_init}` fine-tuned on the gold demos"
+                   if config.agent_init else "the agent is a tiny random model fine-tuned on the gold demos")
     lines = ["# textwm demo: the two-stage pipeline in miniature", "",
-             "Everything below ran on this machine's CPU with tiny random models trained in minutes: the figures",
-             "show that every stage works end to end, not that the models are useful.", "",
+             "Everything below ran on this machine's CPU in minutes: the world models are tiny random models "
+             f"trained on the demo's rows, {agent_start}. The figures show that every stage works end to end, not "
+             "that the world models are useful.", "",
              "## Settings", "", "```", *(f"{k}: {v}" for k, v in dataclasses.asdict(config).items()), "```", "",
              "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {rec.seconds} |" for name, rec in records.items()]
@@ -111,9 +115,10 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
 
     grpo = fig.get("grpo", {})
     sft = grpo.get("agent_sft") or {}
-    start = (f"the agent trained on {sft['demos']} gold demos first ({sft['turn_rows']} turn rows, {sft['steps']} "
+    agent_init = f"`{config.agent_init}`" if config.agent_init else "a tiny random agent"
+    start = (f"{agent_init} trained on {sft['demos']} gold demos first ({sft['turn_rows']} turn rows, {sft['steps']} "
              f"steps, final loss {sft['train_loss']})" if "demos" in sft else
-             f"a random agent ({sft.get('skipped', 'no SFT step')})")
+             f"{agent_init} as it is ({sft.get('skipped', 'no SFT step')})")
     agent_rows = data.get("agent_rows")
     agent_tasks = (f"{', '.join(config.agent_tasks)} ({agent_rows['rl_train.jsonl']} task rows to train on, "
                    f"{agent_rows['rl_test.jsonl']} held out; the world models learned every type)"
@@ -136,6 +141,6 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
         lines.append(f"| {name} | {_fmt(rate['real'])} | {fmt_ci((f.get('real') or {}).get('success_ci95'))} | "
                      f"{_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
                      f"{_fmt(f.get('cr'))} | {_fmt((f.get('real') or {}).get('mean_score'))} |")
-    lines += ["", *agent_verdict(agent, grpo.get("reward_per_step") or []),
+    lines += ["", *agent_verdict(agent, grpo.get("reward_per_step") or [], config.agent_init),
               f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,13 @@ import random
 import pytest
 from sacrebleu.metrics import BLEU
 
-from textwm.metrics.diversity import distinct_n, self_bleu
+from textwm.metrics.diversity import (
+    distinct_n,
+    distinct_n_jackknife,
+    sample_rows,
+    self_bleu,
+    self_bleu_jackknife,
+)
 
 
 def _self_bleu_reference(preds):
@@ -45,3 +51,29 @@ def test_distinct_n_hand_computed():
     assert distinct_n(["x", "y"], 2) is None               # no bigram at all: undefined, not 0
     with pytest.raises(ValueError):
         distinct_n(preds, 0)
+
+
+def test_jackknife_values_equal_recomputing_without_each_row():
+    rng = random.Random(1)
+    words = "you see a the kitchen door is open closed stove on off , . water".split()
+    for trial in range(12):
+        preds = [" ".join(rng.choice(words) for _ in range(rng.randint(0 if trial % 3 else 1, 12)))
+                 for _ in range(rng.randint(3, 16))]
+        if trial % 3 == 0:
+            preds += preds[:2]  # duplicates: ties in the largest counts and in the lengths
+        value, rows, loo = self_bleu_jackknife(preds)
+        assert value == self_bleu(preds)[0] and rows == list(range(len(preds)))
+        for i, got in zip(rows, loo):
+            assert got == pytest.approx(self_bleu(preds[:i] + preds[i + 1:])[0], abs=1e-12)
+        for n in (1, 2):
+            assert distinct_n_jackknife(preds, n) == pytest.approx(
+                [distinct_n(preds[:i] + preds[i + 1:], n) for i in range(len(preds))], abs=1e-15)
+
+
+def test_jackknife_follows_the_self_bleu_sample_and_needs_three_rows():
+    preds = [f"row {i} of the set" for i in range(30)]
+    value, rows, loo = self_bleu_jackknife(preds, max_samples=8, seed=1)
+    assert len(rows) == len(loo) == 8 and value == self_bleu(preds, max_samples=8, seed=1)[0]
+    assert rows == sample_rows(30, 8, 1)
+    assert self_bleu_jackknife(["a b", "a c"]) is None
+    assert distinct_n_jackknife(["a b", "c"], 2) == [None, 1.0]   # without row 0 no bigram is left

@@ -11,6 +11,8 @@ from sacrebleu.metrics import BLEU
 from textwm.metrics.overlap import (
     PAPER_RECURSION_HEADROOM,
     bleu_1,
+    bleu_1_from_stats,
+    bleu_1_row_stats,
     lcs_length,
     rouge_l,
     rouge_l_f1,
@@ -158,7 +160,10 @@ def test_bleu_1_equals_sacrebleu():
     preds = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 15))) for _ in range(50)]
     refs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 15))) for _ in range(50)]
     expected = BLEU(max_ngram_order=1).corpus_score(preds, [refs]).score / 100
-    assert bleu_1(preds, refs) == pytest.approx(expected, abs=1e-12)
+    assert bleu_1(preds, refs) == expected   # the same sacrebleu steps: row statistics, summed, scored
+    stats = bleu_1_row_stats(preds, refs)
+    assert len(stats) == 50 and all(len(row) == 4 for row in stats)
+    assert bleu_1_from_stats([sum(col) for col in zip(*stats[:20])]) == bleu_1(preds[:20], refs[:20])
 
 
 def test_bleu_1_length_mismatch():

@@ -24,6 +24,7 @@ last message is the reference) from an OpenAI-compatible /v1/chat/completions en
 
 def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse.ArgumentParser:
     from textwm.data.markers import SKIPPED_OVERLONG
+    from textwm.metrics.bootstrap import MAUVE_RESAMPLES
     from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
     from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
     from textwm.metrics.overlap import ROUGE_IMPLS
@@ -54,6 +55,12 @@ def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse
                    help="rows per MAUVE estimate, fixed-seed sample above it; 0 = all (default: %(default)s)")
     p.add_argument("--self-bleu-max-samples", type=int, default=SELF_BLEU_MAX_SAMPLES,
                    help="predictions per Self-BLEU estimate, 0 = all (default: %(default)s)")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                   help="add a 95%% percentile bootstrap interval to every metric (<metric>_ci95 in the summary) from "
+                        "N resamples of the kept rows; 1000 is usual, 0 = off (default: %(default)s)")
+    p.add_argument("--mauve-resamples", type=int, default=MAUVE_RESAMPLES, metavar="M",
+                   help="of those, resamples that also recompute MAUVE, seconds each (default: %(default)s)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the resamples (default: %(default)s)")
     p.add_argument("--on-bad-row", choices=("fail", "skip"), default="fail",
                    help="malformed prediction row: stop (default) or skip and count it")
     p.add_argument("--compare", nargs="+", metavar="[LABEL=]DIR",
@@ -96,7 +103,7 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: 
         # its scorer ignores the name then, so we accept it too, but say so.
         print(f"warning: --extract-output-field names datasets not in --datasets: {', '.join(sorted(unknown))} "
               "(ignored)", file=sys.stderr)
-    for flag in ("mauve_max_samples", "self_bleu_max_samples"):
+    for flag in ("mauve_max_samples", "self_bleu_max_samples", "bootstrap", "mauve_resamples"):
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
 
@@ -174,7 +181,9 @@ def _score(args: argparse.Namespace) -> int:
                                extract_output_field=name in args.extract_output_field,
                                compute_mauve=not args.no_mauve, mauve_featurizer=args.mauve_featurizer,
                                mauve_max_samples=args.mauve_max_samples,
-                               self_bleu_max_samples=args.self_bleu_max_samples, on_bad_row=args.on_bad_row)
+                               self_bleu_max_samples=args.self_bleu_max_samples, on_bad_row=args.on_bad_row,
+                               bootstrap=args.bootstrap, mauve_resamples=args.mauve_resamples,
+                               bootstrap_seed=args.bootstrap_seed)
         results[name] = score_and_write(name, rows, args.output_dir, options, num_bad_rows_skipped=n_bad)
     paths = report.write_report(results, args.output_dir, title=args.title or "World-model scores")
     print(Path(paths["markdown"]).read_text())

@@ -19,8 +19,9 @@ import logging
 import os
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from textwm._optional import require
 
@@ -41,6 +42,12 @@ class MauveResult:
     score: float | None
     num_samples: int
     featurizer: str
+    #: Indices of the rows scored (all rows, or the fixed-seed sample), ``[M]``; empty when MAUVE was skipped.
+    rows: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    #: Reference (P) and prediction (Q) features of those rows, ``[M, D]`` float32 each, for resampling
+    #: (:mod:`textwm.metrics.bootstrap`); None when MAUVE was skipped.
+    p_features: Any = field(default=None, repr=False, compare=False)
+    q_features: Any = field(default=None, repr=False, compare=False)
 
 
 def _device() -> str:
@@ -128,9 +135,14 @@ def mauve_score(predictions: Sequence[str], references: Sequence[str], *, featur
     rows = list(range(n))
     if 0 < max_samples < n:
         rows = sorted(random.Random(seed).sample(rows, max_samples))
-    mauve = require("mauve", extra="metrics", package="mauve-text")
+    require("mauve", extra="metrics", package="mauve-text")  # before the featuriser's minutes, not after
     featurize = get_featurizer(featurizer)
     q = featurize([predictions[i] for i in rows])
     p = featurize([references[i] for i in rows])
-    out = mauve.compute_mauve(p_features=p, q_features=q, verbose=False)
-    return MauveResult(float(out.mauve), len(rows), featurizer)
+    return MauveResult(mauve_from_features(p, q), len(rows), featurizer, tuple(rows), p, q)
+
+
+def mauve_from_features(p_features: Any, q_features: Any) -> float:
+    """MAUVE(P, Q) in [0, 1] of feature rows ``[M, D]`` each (``mauve.compute_mauve`` with its defaults)."""
+    mauve = require("mauve", extra="metrics", package="mauve-text")
+    return float(mauve.compute_mauve(p_features=p_features, q_features=q_features, verbose=False).mauve)

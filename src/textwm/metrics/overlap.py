@@ -155,12 +155,33 @@ def rouge_l(prediction: str, reference: str, impl: str = "rouge_score") -> tuple
     raise ValueError(f"unknown ROUGE implementation {impl!r}; choose one of {', '.join(ROUGE_IMPLS)}")
 
 
-def bleu_1(predictions: Sequence[str], references: Sequence[str]) -> float | None:
-    """Corpus BLEU with unigrams only, in [0, 1]; None for an empty corpus."""
+@lru_cache(maxsize=1)
+def _bleu_1_metric():
+    metrics = require("sacrebleu.metrics", extra="metrics", package="sacrebleu")
+    return metrics.BLEU(max_ngram_order=1)
+
+
+def bleu_1_row_stats(predictions: Sequence[str], references: Sequence[str]) -> list[list[int]]:
+    """sacrebleu's per-row BLEU-1 statistics ``[N, 4]``: prediction length, closest reference length, matched
+    unigrams, prediction unigrams (``BLEU._extract_corpus_statistics``). Corpus BLEU-1 is a function of their sum,
+    which is what makes it cheap to recompute on resampled rows (as sacrebleu's own ``--confidence`` does)."""
     if len(predictions) != len(references):
         raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
-    if not predictions:
+    return _bleu_1_metric()._extract_corpus_statistics(list(predictions), [list(references)])
+
+
+def bleu_1_from_stats(stats: Sequence[int]) -> float:
+    """Corpus BLEU-1 in [0, 1] from row statistics summed over the corpus (``[4]``; sacrebleu's final step)."""
+    return _bleu_1_metric()._compute_score_from_stats([int(x) for x in stats]).score / 100
+
+
+def bleu_1(predictions: Sequence[str], references: Sequence[str]) -> float | None:
+    """Corpus BLEU with unigrams only, in [0, 1]; None for an empty corpus.
+
+    Exactly ``BLEU(max_ngram_order=1).corpus_score(predictions, [references]).score / 100``, which sums the
+    row statistics of :func:`bleu_1_row_stats` and applies :func:`bleu_1_from_stats`.
+    """
+    stats = bleu_1_row_stats(predictions, references)
+    if not stats:
         return None
-    metrics = require("sacrebleu.metrics", extra="metrics", package="sacrebleu")
-    bleu = metrics.BLEU(max_ngram_order=1)
-    return bleu.corpus_score(list(predictions), [list(references)]).score / 100
+    return bleu_1_from_stats([sum(column) for column in zip(*stats)])

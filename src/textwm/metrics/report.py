@@ -59,12 +59,32 @@ def _rouge_note(summaries: Summaries) -> str:
     return note + "."
 
 
+def _cell(summary: Mapping[str, Any], metric: str) -> str:
+    """The metric, with its 95% interval in brackets where the summary has one (``bootstrap`` > 0)."""
+    interval = summary.get(f"{metric}_ci95")
+    if not interval:
+        return _fmt(summary.get(metric))
+    return f"{_fmt(summary.get(metric))} [{interval[0]:.4f}, {interval[1]:.4f}]"
+
+
+def _bootstrap_note(summaries: Summaries) -> str | None:
+    """How the bracketed intervals were made, per dataset (None when no summary has them)."""
+    runs = {name: s["bootstrap"] for name, s in summaries.items() if s.get("bootstrap")}
+    if not runs:
+        return None
+    sizes = "; ".join(f"{name}: {b['resamples']} resamples, MAUVE {b['mauve_resamples']}, seed {b['seed']}"
+                      for name, b in runs.items())
+    return ("[lo, hi]: 95% percentile bootstrap intervals over the kept rows (Distinct-n and Self-BLEU through "
+            "their jackknife influence, MAUVE shifted by its bootstrap bias; see textwm.metrics.bootstrap); "
+            f"{sizes}.")
+
+
 def markdown_table(summaries: Summaries, *, first_column: str = "dataset") -> str:
-    """One row per dataset (or ``run/dataset``), one column per metric."""
+    """One row per dataset (or ``run/dataset``), one column per metric (with its 95% interval where there is one)."""
     header = [first_column, "N", *METRIC_LABELS.values()]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, summary in summaries.items():
-        cells = [name, _fmt(summary.get("num_samples")), *(_fmt(summary.get(k)) for k in METRIC_LABELS)]
+        cells = [name, _fmt(summary.get("num_samples")), *(_cell(summary, k) for k in METRIC_LABELS)]
         lines.append("| " + " | ".join(cells) + " |")
     featurizers = {s.get("mauve_featurizer") for s in summaries.values() if s.get("mauve") is not None}
     notes = ["N = rows kept after dropping duplicate indices, overlong prompts, errors and empty references.",
@@ -74,11 +94,15 @@ def markdown_table(summaries: Summaries, *, first_column: str = "dataset") -> st
                           if s.get("mauve") is not None)
         notes.append(f"MAUVE featuriser: {', '.join(sorted(featurizers))}; rows per MAUVE estimate: {sizes} "
                      "(comparable only at equal featuriser and size).")
+    bootstrap = _bootstrap_note(summaries)
+    if bootstrap:
+        notes.append(bootstrap)
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
 def bar_chart(summaries: Summaries, path: str | Path, *, title: str) -> Path:
-    """Grouped bars: one group per metric, one bar per dataset/run. Missing metrics are left out."""
+    """Grouped bars: one group per metric, one bar per dataset/run, 95% intervals as error bars where present.
+    Missing metrics are left out."""
     matplotlib = require("matplotlib", extra="metrics")
     matplotlib.use("Agg")
     plt = require("matplotlib.pyplot", extra="metrics")
@@ -87,13 +111,17 @@ def bar_chart(summaries: Summaries, path: str | Path, *, title: str) -> Path:
     width = 0.8 / max(1, len(names))
     fig, ax = plt.subplots(figsize=(max(8.0, 1.4 * len(metrics) + 0.4 * len(names)), 4.8))
     for j, name in enumerate(names):
-        xs, ys = [], []
+        xs, ys, errors = [], [], []
         for i, metric in enumerate(metrics):
             value = summaries[name].get(metric)
             if value is not None:
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(value)
-        bars = ax.bar(xs, ys, width=width, label=name)
+                lo, hi = summaries[name].get(f"{metric}_ci95") or (value, value)
+                errors.append((max(0.0, value - lo), max(0.0, hi - value)))
+        # 95% intervals as error bars where the summaries have them (bootstrap > 0).
+        yerr = list(zip(*errors)) if any(e != (0.0, 0.0) for e in errors) else None
+        bars = ax.bar(xs, ys, width=width, label=name, yerr=yerr, capsize=2 if yerr else 0)
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
     ax.set_xticks(range(len(metrics)))
     ax.set_xticklabels([METRIC_LABELS[m].replace(" (lower = more diverse)", "\n(lower = diverse)") for m in metrics],

@@ -13,7 +13,10 @@ ROUGE-L is Google ``rouge_score``'s by default, or pltrdy ``rouge``'s as the pap
 compute it (``ScoreOptions.rouge_impl``, see :mod:`textwm.metrics.overlap`); the summary records which.
 
 Per-row results go to ``<name>_scored.jsonl``; the dataset summary is a dict with the keys of
-:data:`SUMMARY_KEYS` (a metric with nothing to measure is ``None``, never a made-up 0).
+:data:`SUMMARY_KEYS` (a metric with nothing to measure is ``None``, never a made-up 0). With
+``ScoreOptions.bootstrap = B > 0`` it also has ``<metric>_ci95: [lo, hi]`` for each metric of :data:`METRIC_LABELS`
+(95% percentile bootstrap over the kept rows, :mod:`textwm.metrics.bootstrap`) and
+``bootstrap: {resamples, mauve_resamples, seed, mauve_bias}``.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from tqdm.auto import tqdm
 from textwm.data.jsonl import DataError, OnError, read_jsonl, write_jsonl
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.text import extract_output_field, normalize
+from textwm.metrics.bootstrap import MAUVE_RESAMPLES, ScoredRows, bootstrap_intervals
 from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES, distinct_n, self_bleu
-from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES, mauve_score
+from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES, MauveResult, mauve_score
 from textwm.metrics.overlap import ROUGE_IMPLS, bleu_1, rouge_l
 
 log = logging.getLogger(__name__)
@@ -64,7 +68,7 @@ METRIC_LABELS = {
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """What counts as a kept row, and how MAUVE is computed."""
+    """What counts as a kept row, how MAUVE is computed, and whether metrics get bootstrap intervals."""
 
     drop_errors: bool = True
     #: Drop rows whose prompt was skipped as too long (:data:`SKIPPED_OVERLONG`).
@@ -80,10 +84,20 @@ class ScoreOptions:
     on_bad_row: OnError = "fail"
     #: ROUGE-L implementation, one of :data:`textwm.metrics.overlap.ROUGE_IMPLS`.
     rouge_impl: str = "rouge_score"
+    #: Bootstrap resamples of the kept rows for ``<metric>_ci95`` intervals; 0 = none (the summary as without it).
+    bootstrap: int = 0
+    #: Of those, how many also recompute MAUVE (each a k-means over the features: seconds).
+    mauve_resamples: int = MAUVE_RESAMPLES
+    #: Seed of the resamples (same seed and rows -> same intervals).
+    bootstrap_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.rouge_impl not in ROUGE_IMPLS:
             raise ValueError(f"ScoreOptions.rouge_impl={self.rouge_impl!r}: choose one of {', '.join(ROUGE_IMPLS)}")
+        for name in ("bootstrap", "mauve_resamples"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ScoreOptions.{name}={getattr(self, name)}: must be >= 0 (bootstrap=0 turns "
+                                 "intervals off)")
 
 
 @dataclass(frozen=True)
@@ -221,12 +235,21 @@ def score_rows(rows: Sequence[PredictionRow], options: ScoreOptions = ScoreOptio
         "mauve_featurizer": options.mauve_featurizer if options.compute_mauve else None,
         "mauve_num_samples": 0,
     }
+    mauve: MauveResult | None = None
     if options.compute_mauve:
         started = time.perf_counter()
-        result = mauve_score(preds, refs, featurizer=options.mauve_featurizer, max_samples=options.mauve_max_samples)
-        summary["mauve"], summary["mauve_num_samples"] = result.score, result.num_samples
-        log.info("%s: MAUVE over %d rows in %.1fs", name or "dataset", result.num_samples,
+        mauve = mauve_score(preds, refs, featurizer=options.mauve_featurizer, max_samples=options.mauve_max_samples)
+        summary["mauve"], summary["mauve_num_samples"] = mauve.score, mauve.num_samples
+        log.info("%s: MAUVE over %d rows in %.1fs", name or "dataset", mauve.num_samples,
                  time.perf_counter() - started)
+    if options.bootstrap:
+        started = time.perf_counter()
+        summary.update(bootstrap_intervals(ScoredRows.from_records(records), resamples=options.bootstrap,
+                                           seed=options.bootstrap_seed, mauve=mauve,
+                                           self_bleu_max_samples=options.self_bleu_max_samples,
+                                           mauve_resamples=options.mauve_resamples))
+        log.info("%s: bootstrap intervals, %d resamples (MAUVE %d), in %.1fs", name or "dataset", options.bootstrap,
+                 summary["bootstrap"]["mauve_resamples"], time.perf_counter() - started)
     return summary, records
 
 
