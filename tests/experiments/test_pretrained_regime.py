@@ -85,3 +85,21 @@ def test_the_pretrained_regime_runs_end_to_end_from_a_tiny_llama_and_resumes(tmp
     assert (out / "pretrained.png").is_file()
     again = run_script("scripts/wm_comparison.py", *args, timeout=300)
     assert again.returncode == 0 and "train/pretrained/ar: done earlier, skipped" in again.stdout
+
+
+def test_a_new_max_epochs_keeps_the_epochs_and_decides_anew_where_arms_stop(tmp_path):
+    from textwm.data.jsonl import write_json
+    from textwm.experiments.wm_comparison import Comparison
+
+    config = ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path))
+    first = Comparison(config, echo=lambda line: None)
+    first.state["done"] = {"data": {}, "init": {}, "train/pretrained/ar": {}, "generate/pretrained/ar/epoch1": {},
+                           "generate/pretrained/ar/sampled": {}, "eval/pretrained/ar": {}}
+    write_json(first.state_file, first.state)
+    said = []
+    again = Comparison(ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path), max_epochs=5),
+                       echo=said.append)
+    assert set(again.state["done"]) == {"data", "init", "generate/pretrained/ar/epoch1"}
+    assert again.state["config"]["max_epochs"] == 5 and "max_epochs: 2 -> 5" in said[0]
+    with pytest.raises(ValueError, match="other settings"):
+        Comparison(ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path), batch_size=7))

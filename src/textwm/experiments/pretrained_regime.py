@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
     while not epochs or (len(epochs) < c.max_epochs and not should_stop([e["eval_loss"] for e in epochs], c.patience)):
         epoch = len(epochs) + 1
         comparison.echo(f"train/{arm.name}: epoch {epoch} of at most {c.max_epochs} ({per_epoch} steps) ...")
+        started = time.perf_counter()
         result = train(SFTConfig(
             model_name_or_path=str(start_path(comparison)), objective=arm.family,
             train_file=str(comparison.path("data", "wm_train.jsonl")),
@@ -118,6 +120,7 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
                                            / max(1, sum(1 for s, _ in curve if s > (epoch - 1) * per_epoch)), 5),
                        "tokens_seen": result.tokens_seen, "answer_tokens_seen": result.answer_tokens_seen,
                        "data_digest": result.data_digest, "loss_curve": curve,
+                       "seconds": round(time.perf_counter() - started, 1),
                        "train_samples_per_second": result.metrics.get("train_samples_per_second")})
         write_json(folder / EPOCHS_FILE, epochs)
         comparison.echo(f"train/{arm.name}: epoch {epoch}: held-out loss {result.eval_loss:.4f}")
@@ -127,6 +130,7 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
     last = epochs[-1]
     # The comparison's same-data check reads the first epoch (every arm trains at least one, on the same rows).
     return {"steps": last["steps"], "epochs_trained": len(epochs), "best_epoch": best, "stopped_because": stopped,
+            "train_seconds": round(sum(e.get("seconds") or 0 for e in epochs), 1),
             "train_loss": last["train_loss"], "last_run_train_loss": last["train_loss"],
             "tokens_seen": epochs[0]["tokens_seen"], "answer_tokens_seen": epochs[0]["answer_tokens_seen"],
             "data_digest": epochs[0]["data_digest"], "loss_curve": [p for e in epochs for p in e["loss_curve"]],

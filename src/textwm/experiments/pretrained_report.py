@@ -128,8 +128,9 @@ def section(comparison: Any) -> list[str]:
     summary = []
     for arm in arms:
         train = done[f"train/{arm.name}"]
-        summary.append(f"- {arm.name}: {train['epochs_trained']} epoch(s), {train['steps']} steps; best held-out loss "
-                       f"at epoch {train['best_epoch']}; stopped: {train['stopped_because']}")
+        summary.append(f"- {arm.name}: {train['epochs_trained']} epoch(s), {train['steps']} steps, "
+                       f"{train.get('train_seconds', 0):.0f} s of training; best held-out loss at epoch "
+                       f"{train['best_epoch']}; stopped: {train['stopped_because']}")
     boot = next((best_greedy(comparison, a).get("bootstrap") for a in arms), None)
     boot_note = (f"Intervals: 95% percentile bootstrap over the held-out rows ({boot['resamples']} resamples; MAUVE "
                  f"{boot['mauve_resamples']})." if boot else "No bootstrap intervals (bootstrap 0).")

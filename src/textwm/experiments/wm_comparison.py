@@ -65,6 +65,9 @@ NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 STAGE2_SETTINGS = ("stage2", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
                    "agent_learning_rate", "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate",
                    "grpo_generations", "grpo_completion_length", "agent_episodes", "agent_turns", "workers")
+#: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
+#: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
+EPOCH_SETTINGS = ("max_epochs", "patience")
 #: The state keys of Stage 2's steps.
 STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
@@ -323,9 +326,20 @@ class Comparison:
             saved = json.loads(self.state_file.read_text())
             changed = {k: f"{k}: {saved['config'].get(k)!r} -> {v!r}" for k, v in self.settings.items()
                        if saved["config"].get(k) != v}
-            if set(changed) - set(STAGE2_SETTINGS):
+            if set(changed) - set(STAGE2_SETTINGS) - set(EPOCH_SETTINGS):
                 raise ValueError(f"{self.out} holds a comparison with other settings ({', '.join(changed.values())}); "
                                  "use --fresh or another --out")
+            epochs_changed = [changed[k] for k in EPOCH_SETTINGS if k in changed]
+            if epochs_changed:
+                # Each arm's epochs stay (arms/<arm>/epochs.json, every epoch's model and decoding); where it stops,
+                # its best epoch's samples and its scores are decided anew.
+                redone = [k for k in saved["done"] if k.startswith(("train/pretrained/", "eval/pretrained/"))
+                          or (k.startswith("generate/pretrained/") and k.endswith("/sampled"))]
+                echo(f"{', '.join(epochs_changed)}: the epochs trained are kept; {', '.join(redone) or 'nothing'} "
+                     "decided anew")
+                saved["done"] = {k: v for k, v in saved["done"].items() if k not in redone}
+                saved["config"] = {**saved["config"], **{k: self.settings[k] for k in EPOCH_SETTINGS}}
+                changed = {k: v for k, v in changed.items() if k not in EPOCH_SETTINGS}
             if changed:
                 redone = [k for k in saved["done"] if k.startswith(STAGE2_STEPS)]
                 echo(f"Stage 2 settings changed ({', '.join(changed.values())}): the world models are kept, "
