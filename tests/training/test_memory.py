@@ -105,3 +105,11 @@ def test_deepspeed_offload_moves_the_weights_and_optimizer_off_the_gpu():
     assert memory.check_fits(eight_b, offload, H200, on_fail="error")[0]
     plain = memory.plan_for(config, row_tokens=4096, answer_share=0.3)
     assert memory.estimate(eight_b, plain).total > est.total + 100 * memory.GIB
+
+
+def test_memory_share_must_be_a_share():
+    from textwm.config import ConfigError
+    from textwm.training.config import SFTConfig
+
+    with pytest.raises(ConfigError, match=r"memory_share must be in \(0, 1\], got 0"):
+        SFTConfig(model_name_or_path="m", train_file="t.jsonl", memory_share=0)

@@ -99,6 +99,9 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
     per_epoch = steps_per_epoch(comparison)
     cuda = torch.cuda.is_available()
     fast = dict(bf16=True, loss_impl="chunked", optim="adamw_torch_fused", torch_compile=True) if cuda else {}
+    # Arms trained at once share the GPU: each trainer's memory check holds it to its share, so a wave that cannot
+    # fit stops before its first step with what to change, not out of memory in the middle.
+    fast["memory_share"] = 1 / c.parallel
     while not epochs or (len(epochs) < c.max_epochs and not should_stop([e["eval_loss"] for e in epochs], c.patience)):
         epoch = len(epochs) + 1
         comparison.echo(f"train/{arm.name}: epoch {epoch} of at most {c.max_epochs} ({per_epoch} steps) ...")

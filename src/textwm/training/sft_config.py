@@ -89,6 +89,8 @@ class SFTConfig:
     memory_check: str = field(default="error", metadata={
         "help": "before the first step, estimate this rank's GPU memory: error (stop with what to change when it "
                 "will not fit), warn, or off"})
+    memory_share: float = field(default=1.0, metadata={
+        "help": "share of the GPU's memory this process may use, for memory_check (several trainings on one GPU)"})
     attn_implementation: str = field(default="auto", metadata={
         "help": "auto (flex_attention on CUDA, sdpa on CPU), flex_attention, sdpa or eager"})
     deepspeed: str = field(default="", metadata={"help": "DeepSpeed JSON config (ZeRO-2/3), e.g. sdar/configs/ds_z3.json"})
@@ -152,6 +154,8 @@ class SFTConfig:
                               f"{self.gradient_checkpointing_mode!r}")
         if self.gradient_checkpointing_every < 1:
             raise ConfigError(f"gradient_checkpointing_every must be >= 1, got {self.gradient_checkpointing_every}")
+        if not 0 < self.memory_share <= 1:
+            raise ConfigError(f"memory_share must be in (0, 1], got {self.memory_share}")
         if self.memory_check not in MEMORY_CHECKS:
             raise ConfigError(f"memory_check must be one of {', '.join(MEMORY_CHECKS)}, got {self.memory_check!r}")
         if self.activation_offload and self.torch_compile:

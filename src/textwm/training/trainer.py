@@ -333,8 +333,9 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
     plan = memory.plan_for(config, row_tokens=-(-longest // tile) * tile, answer_share=answer / max(tokens, 1),
                            world_size=int(os.environ.get("WORLD_SIZE", "1")), deepspeed_config=ds)
     device = torch.cuda.current_device()
-    fits, line = memory.check_fits(memory.ModelShape.of(model), plan, torch.cuda.get_device_properties(device).total_memory,
-                             on_fail=config.memory_check)
+    # Several trainings sharing one GPU (the comparison's --parallel) each get their share of it.
+    device_bytes = torch.cuda.get_device_properties(device).total_memory * config.memory_share
+    fits, line = memory.check_fits(memory.ModelShape.of(model), plan, device_bytes, on_fail=config.memory_check)
     (log.info if fits else log.warning)(line)
 
 
