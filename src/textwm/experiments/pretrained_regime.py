@@ -106,6 +106,8 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
         epoch = len(epochs) + 1
         comparison.echo(f"train/{arm.name}: epoch {epoch} of at most {c.max_epochs} ({per_epoch} steps) ...")
         started = time.perf_counter()
+        # Each epoch's run plans `epoch` epochs; a warm-up ratio of 0.05 / epoch keeps the warm-up at the same 5% of
+        # the first epoch's steps in every run, so the resumed schedule is the one the first run began.
         result = train(SFTConfig(
             model_name_or_path=str(start_path(comparison)), objective=arm.family,
             train_file=str(comparison.path("data", "wm_train.jsonl")),
