@@ -1,4 +1,4 @@
-"""Stage 2 of the comparison (issue 17): the same agent, trained by GRPO inside each family's world model, then
+"""Stage 2 of the comparison: the same agent, trained by GRPO inside each family's world model, then
 scored in the real env.
 
 1. ``agent/sft``: a small AR agent (one tokenizer of the task and demo rows) trained by the one trainer on the

@@ -232,7 +232,7 @@ def generate_arm(comparison: Any, arm: Any) -> None:
 
 def score_arm(comparison: Any, arm: Any) -> dict[str, Any]:
     """Every epoch's greedy scores (with bootstrap intervals), and diversity against fidelity per temperature."""
-    from textwm.experiments.wm_comparison import empty_share, sampled_diversity
+    from textwm.experiments.decodings import empty_share, sampled_diversity
     from textwm.metrics.scorer import ScoreOptions, score_file
 
     c = comparison.config

@@ -1,7 +1,8 @@
-"""AR vs SDAR vs WeDLM world models at equal size, rows and steps, in two regimes (issue 17, Stage 1).
+"""AR vs SDAR vs WeDLM world models on the same rows, in three regimes: from scratch, an AR head start converted,
+and a pretrained start converted (Stage 1; Stage 2 is :mod:`textwm.experiments.comparison_agents`).
 
 The question is the paper's: does a masked-diffusion world model beat an AR one of the same size on
-held-out transitions? With no pretrained weights reachable here, every arm starts from the same random
+held-out transitions? In the two random-init regimes every arm starts from the same random
 initialisation shape and one tokenizer (trained on the rows, with the mask token, so every arm has the
 same parameter count) and trains on the same rows in the same order for the same number of steps:
 
@@ -52,6 +53,7 @@ from textwm.experiments.common import (
     REGIMES,
     ComparisonError,
 )
+from textwm.experiments.decodings import empty_share, sampled_decode_rate, sampled_diversity
 
 __all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
            "ComparisonError", "plan_arms"]
@@ -238,50 +240,6 @@ def plan_arms(config: ComparisonConfig) -> list[Arm]:
             raise ValueError(f"steps {config.steps} x head_start {config.head_start} leaves no steps after the head start")
         arms += [head] + [Arm(f"convert/{f}", "convert", f, head.name, rest) for f in config.families]
     return arms
-
-
-def sampled_diversity(prediction_files: list[Path]) -> dict[str, Any]:
-    """Within-prompt diversity of several sampled decodings of the same prompts (one file per sample).
-
-    Self-BLEU among each prompt's samples (leave-one-out, the scorer's definition), mean over prompts;
-    Distinct-1/2 over every sample of every prompt (the normalised texts the scorer scores)."""
-    from textwm.data.text import normalize
-    from textwm.metrics.diversity import distinct_n, self_bleu
-    from textwm.metrics.scorer import ERROR_PREFIX, read_predictions
-
-    by_prompt: dict[str, list[str]] = {}
-    errors = 0
-    for path in prediction_files:
-        rows, _ = read_predictions(path)
-        for row in rows:
-            if row.prediction.startswith(ERROR_PREFIX) or row.is_overlong:
-                errors += 1
-                continue
-            by_prompt.setdefault(json.dumps(row.index), []).append(normalize(row.prediction))
-    scores = [s for preds in by_prompt.values() if len(preds) > 1 for s in [self_bleu(preds)[0]] if s is not None]
-    everything = [p for preds in by_prompt.values() for p in preds]
-    return {"samples_per_prompt": len(prediction_files), "prompts": len(by_prompt), "dropped_samples": errors,
-            "self_bleu_within_prompt": round(sum(scores) / len(scores), 4) if scores else None,
-            "distinct_1_samples": distinct_n(everything, 1), "distinct_2_samples": distinct_n(everything, 2)}
-
-
-def sampled_decode_rate(pass_folders: list[Path]) -> float | None:
-    """Tokens per second of the sampled passes' decoding loops together. The greedy pass goes first in its call
-    (:meth:`Comparison.generate_arm`), so on a GPU its loop also pays for the decoder's warm-up (CUDA graph
-    capture for each batch shape); the sampled passes after it show the warm decoder's speed."""
-    summaries = [json.loads((folder / "eval_generate_config.json").read_text()) for folder in pass_folders]
-    seconds = sum(s["decode_seconds"] for s in summaries)
-    return round(sum(s["generated_tokens"] for s in summaries) / seconds, 1) if seconds > 0 else None
-
-
-def empty_share(prediction_file: Path) -> float:
-    """Share of a decoding's predictions that are empty once normalised (an untrained diffusion model often
-    stops at once: its 'diversity' is then no diversity, and the report says so)."""
-    from textwm.data.text import normalize
-    from textwm.metrics.scorer import read_predictions
-
-    rows, _ = read_predictions(prediction_file)
-    return round(sum(not normalize(r.prediction).strip() for r in rows) / max(len(rows), 1), 4)
 
 
 def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list[str]:
