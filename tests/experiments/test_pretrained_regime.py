@@ -8,7 +8,8 @@ import json
 import pytest
 
 from tests.conftest import TINY_CORPUS, chat, run_script, write_lines
-from textwm.experiments.pretrained_regime import check_same_epochs, should_stop
+from textwm.experiments.pretrained_regime import should_stop
+from textwm.experiments.same_data import check_same_epochs
 from textwm.experiments.wm_comparison import ComparisonConfig, plan_arms
 
 
@@ -46,7 +47,7 @@ def test_every_common_epoch_is_checked_for_the_same_data():
 
     lines = check_same_epochs({"pretrained/ar": epochs("ab", "cd", "ef"), "pretrained/sdar": epochs("ab", "cd")})
     assert [line.split(":")[0] for line in lines] == ["pretrained, epoch 1", "pretrained, epoch 2"]
-    with pytest.raises(RuntimeError, match="epoch 2: pretrained/ar: 20 answer tokens, digest cdcd"):
+    with pytest.raises(RuntimeError, match="in epoch 2 did not train on the same data.*pretrained/ar: 20 answer tokens, digest cdcd"):
         check_same_epochs({"pretrained/ar": epochs("ab", "cd"), "pretrained/sdar": epochs("ab", "ee")})
 
 

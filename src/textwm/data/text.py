@@ -1,6 +1,6 @@
 """Text normalisation applied to both prediction and reference before any metric.
 
-The rules (REFERENCE.md "Metrics", the same as the paper's scorers):
+The rules (the same as the paper's scorers):
 
 1. drop every ``<think>...</think>`` block (reasoning models emit one before the answer);
 2. if a ``<tool_response>...</tool_response>`` wrapper is present, keep only its inside,

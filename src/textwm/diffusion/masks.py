@@ -35,7 +35,7 @@ def packed_causal_mask_mod(sample_ids: torch.Tensor) -> MaskMod:
 
 
 def sdar_mask_mod(position_ids: torch.Tensor, sample_ids: torch.Tensor, block_size: int, noisy_len: int) -> MaskMod:
-    """The SDAR training rule over the doubled input ``[x_t, x_0]`` (REFERENCE.md "SDAR").
+    """The SDAR training rule over the doubled input ``[x_t, x_0]`` (JetAstra/SDAR's LlamaFactory fork).
 
     Query ``q`` may see key ``k`` iff both are in the same sample and one of:
 

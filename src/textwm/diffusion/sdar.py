@@ -1,4 +1,4 @@
-"""SDAR block-diffusion training maths (JetAstra/SDAR's LlamaFactory fork; REFERENCE.md "SDAR").
+"""SDAR block-diffusion training maths (JetAstra/SDAR's LlamaFactory fork).
 
 Per packed sample:
 

@@ -1,4 +1,4 @@
-"""WeDLM training maths (Tencent/WeDLM ``finetune/``; REFERENCE.md "WeDLM").
+"""WeDLM training maths (Tencent/WeDLM ``finetune/``).
 
 WeDLM recovers masked tokens under *causal* attention by topological reordering. Per sample:
 

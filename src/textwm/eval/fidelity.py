@@ -1,4 +1,4 @@
-"""World-model fidelity after Word2World (arXiv 2512.18832; REFERENCE.md "Metrics").
+"""World-model fidelity after Word2World (arXiv 2512.18832).
 
 * **Single-step, teacher-forced**: the WM predicts the next observation of held-out *real*
   transitions (chat rows, last message = the real observation) from their true history; the

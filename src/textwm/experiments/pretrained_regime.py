@@ -143,21 +143,6 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
             "train_samples_per_second": last["train_samples_per_second"]}
 
 
-def check_same_epochs(records: dict[str, dict[str, Any]]) -> list[str]:
-    """Arms saw the same answer tokens in the same order in every epoch they all trained."""
-    common = min(len(r["epochs"]) for r in records.values())
-    lines = []
-    for k in range(common):
-        seen = {name: (r["epochs"][k]["data_digest"], r["epochs"][k]["answer_tokens_seen"]) for name, r in records.items()}
-        if len(set(seen.values())) > 1:
-            raise ComparisonError(f"pretrained arms did not train on the same data in epoch {k + 1}: "
-                                  + "; ".join(f"{n}: {t} answer tokens, digest {d[:12]}" for n, (d, t) in seen.items()))
-        (digest, tokens), = set(seen.values())
-        lines.append(f"pretrained, epoch {k + 1}: {', '.join(records)} saw the same {tokens} answer tokens in the "
-                     f"same order (digest {digest[:12]})")
-    return lines
-
-
 # --- decoding -------------------------------------------------------------------------------------------------
 
 

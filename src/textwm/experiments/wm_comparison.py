@@ -54,6 +54,7 @@ from textwm.experiments.common import (
     ComparisonError,
 )
 from textwm.experiments.decodings import empty_share, sampled_decode_rate, sampled_diversity
+from textwm.experiments.same_data import check_same_data, check_same_epochs
 
 __all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
            "ComparisonError", "plan_arms"]
@@ -242,27 +243,6 @@ def plan_arms(config: ComparisonConfig) -> list[Arm]:
     return arms
 
 
-def check_same_data(records: dict[str, dict[str, Any]], arms: list[Arm]) -> list[str]:
-    """Arms of a regime that start from the same point saw the same answer tokens in the same order.
-
-    Returns one line per group checked; raises :class:`ComparisonError` naming the arms that differ."""
-    lines = []
-    groups: dict[tuple[str, str], list[Arm]] = {}
-    for arm in arms:
-        groups.setdefault((arm.regime, arm.start), []).append(arm)
-    for (regime, start), members in groups.items():
-        seen = {a.name: (records[a.name]["data_digest"], records[a.name]["answer_tokens_seen"]) for a in members}
-        if len(set(seen.values())) > 1:
-            detail = "; ".join(f"{name}: {tokens} answer tokens, digest {digest[:12]}"
-                               for name, (digest, tokens) in seen.items())
-            raise ComparisonError(f"{regime} arms from {start} did not train on the same data in the same order "
-                                  f"({detail})")
-        (digest, tokens), = set(seen.values())
-        lines.append(f"{regime} from {start}: {', '.join(seen)} saw the same {tokens} answer tokens in the same "
-                     f"order (digest {digest[:12]})")
-    return lines
-
-
 class Comparison:
     """Runs the stages of :class:`ComparisonConfig` under ``config.out``; each finished step is recorded."""
 
@@ -339,8 +319,6 @@ class Comparison:
         trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
         self.state["data_checks"] = check_same_data(trained, self.arms)
         if self.config.init:
-            from textwm.experiments.pretrained_regime import check_same_epochs
-
             self.state["data_checks"] += check_same_epochs(trained)
         write_json(self.state_file, self.state)
         if until == "train":

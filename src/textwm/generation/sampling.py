@@ -1,6 +1,6 @@
 """Token sampling for the decoders: temperature, top-k, top-p, confidence and entropy.
 
-Conventions of :func:`sample` (AR and SDAR; REFERENCE.md "SDAR"): the caller sets banned logits
+Conventions of :func:`sample` (AR and SDAR; JetAstra/SDAR ``generate.py``): the caller sets banned logits
 (the mask token) to -inf first; ``temperature == 0`` is greedy (argmax, confidence = softmax
 probability of the argmax); otherwise logits are divided by the temperature, filtered by top-k then
 top-p, and the token is drawn from the resulting distribution, whose probability of that token is

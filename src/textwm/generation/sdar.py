@@ -4,7 +4,7 @@ Two rule sets share the layout, the cache and the forwards (:class:`~textwm.gene
 ``settings.sdar_rules == "generate"`` (below) and ``"lmdeploy"`` (lmdeploy's dllm engine, as the paper
 served its world models: :mod:`textwm.generation.sdar_lmdeploy`; sdar/README.md compares them).
 
-``generate`` rules (JetAstra/SDAR ``block_diffusion_generate``, REFERENCE.md "SDAR"), per prompt:
+``generate`` rules (JetAstra/SDAR ``block_diffusion_generate``), per prompt:
 
 * positions start at 0 on the first prompt token; blocks of ``block_length`` start at position 0;
 * the full prompt blocks are prefilled into the cache with the block-causal mask (bidirectional

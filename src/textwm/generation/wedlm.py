@@ -1,7 +1,7 @@
 """Batched WeDLM streaming parallel decoding under causal attention, with a KV cache.
 
 The rules are Tencent/WeDLM's engine (``wedlm/engine/wedlm_decoder.py`` ``WeDLMDecoder``,
-``sampler.py`` ``Sampler``, ``scheduler.py`` ``Scheduler.postprocess``; REFERENCE.md "WeDLM"), per
+``sampler.py`` ``Sampler``, ``scheduler.py`` ``Scheduler.postprocess``), per
 prompt:
 
 * the prompt is prefilled with ordinary causal attention (positions from 0);

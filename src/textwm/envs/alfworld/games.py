@@ -78,7 +78,7 @@ def goal_pddl(scene: Scene) -> str:
 
 def pddl_problem(scene: Scene) -> str:
     """The scene as a PDDL problem of the ``alfred`` domain. No ``distance`` facts: with them Fast Downward
-    simplifies the task away and textworld fails (see REFERENCE.md)."""
+    simplifies the task away and textworld fails with ``KeyError 'val1'``."""
     rec_ids = instance_ids([r.name for r in scene.receptacles])
     obj_ids = instance_ids(list(scene.objects))
     loc = {r.name: f"loc_{i}" for i, r in enumerate(scene.receptacles)}

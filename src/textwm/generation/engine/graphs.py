@@ -1,6 +1,6 @@
 """Decode forwards replayed as CUDA graphs, one graph per static shape.
 
-A decode forward of a small batch is mostly kernel-launch time (REFERENCE.md: 68.6 ms eager vs 10.6 ms
+A decode forward of a small batch is mostly kernel-launch time (measured on an H200: 68.6 ms eager vs 10.6 ms
 replayed for one Qwen3-8B forward at batch 1). :class:`GraphedForward` captures
 :meth:`StaticModel.forward <textwm.generation.engine.static_model.StaticModel.forward>` once per shape key
 ``(rows bucket, query length, kv_len bucket, logits_from)`` on first use and replays it afterwards; the
