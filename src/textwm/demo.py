@@ -275,11 +275,16 @@ class Demo:
                                                     denoising_steps=c.denoising_steps))
 
     def _agent_before_grpo(self) -> tuple[str, Path]:
+        """The agent GRPO starts from: trained on the gold demos when the stage did that, else its start (the
+        pretrained ``agent_init`` as it is, or the random one)."""
+        from textwm.models.checkpoint import read_spec
         from textwm.training.agent_sft import sft_agent_path
 
-        """The agent GRPO starts from: trained on the gold demos when the stage did that, else the random one."""
         sft = sft_agent_path(self.path("agent"))
-        return ("agent_sft", sft) if sft.is_dir() else ("agent_init", self.path("agent_init"))
+        if sft.is_dir():
+            return "agent_sft", sft
+        return "agent_init", Path(read_spec(self.config.agent_init).path) if self.config.agent_init else \
+            self.path("agent_init")
 
     def stage_grpo(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_checkpoint, chat_texts
@@ -296,11 +301,7 @@ class Demo:
                 demos=str(demos), tasks=str(self.agent_file("rl_train.jsonl")), out=str(self.path("agent")),
                 steps=c.agent_sft_steps, size=c.size, vocab_size=c.vocab_size, cutoff_len=c.cutoff_len,
                 learning_rate=c.agent_learning_rate, seed=c.seed, init=c.agent_init))
-        elif c.agent_init:
-            from textwm.models.checkpoint import read_spec
-
-            shutil.rmtree(self.path("agent_init"), ignore_errors=True)
-            shutil.copytree(read_spec(c.agent_init).path, self.path("agent_init"))
+        elif c.agent_init:     # GRPO from the pretrained start as it is (_agent_before_grpo)
             figures["agent_sft"] = {"skipped": "no gold demos" if c.agent_sft_steps else "agent_sft_steps is 0"}
         else:
             agent_rows = read_jsonl(self.agent_file("rl_train.jsonl")).rows + demo_rows

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from textwm.data.jsonl import read_jsonl, write_json
+from textwm.data.jsonl import write_json
 from textwm.experiments.common import BLOCKS, ComparisonError
 
 #: The file of an arm's finished epochs, beside its checkpoints.
@@ -69,8 +69,7 @@ def start_path(comparison: Any) -> Path:
 
 def steps_per_epoch(comparison: Any) -> int:
     """Optimizer steps of one pass over the training rows (one row a sample, no packing, one process)."""
-    rows = len(read_jsonl(comparison.path("data", "wm_train.jsonl")).rows)
-    return math.ceil(rows / comparison.config.batch_size)
+    return math.ceil(comparison.state["done"]["data"]["train_rows"] / comparison.config.batch_size)
 
 
 def _epochs(folder: Path) -> list[dict[str, Any]]:
