@@ -4,20 +4,22 @@ each speed / memory switch (issue 16). One process, one GPU, random weights of a
 Every arm runs the trainer's own code for a step - the objective's collation and loss
 (:mod:`textwm.training.objectives`), the switches of :mod:`textwm.training.speedups`, bf16 autocast
 over fp32 master weights, gradient clipping and the optimizer - on the same synthetic packed rows
-(samples of 256-1,024 tokens, 30% answer, packed to ``--cutoff``), without the HF Trainer's loop
-around it. It prints, per arm: tokens/s (real input tokens, not the doubled copy), step time, model
+(samples of 256-1,024 tokens, ``--answer-share`` of them answer, packed to ``--cutoff``), without the HF
+Trainer's loop around it. It prints, per arm: tokens/s (real input tokens, not the noisy copy), step time, model
 TFLOP/s and MFU against ``--peak-tflops``, peak allocated memory, the trainer's memory estimate
 (:mod:`textwm.training.memory`) and the first step's loss (equal across the arms of one model up to
 bf16 rounding: the switches must not change the loss).
 
 FLOPs per step count what the model must compute, not what it recomputes: 6 x (decoder matmul
-parameters) x (tokens processed: both copies of the SDAR / WeDLM doubled input), plus attention
-(12 x q width x the (query, key) pairs the mask allows, per layer), plus the output projection at the
-loss positions only (6 x hidden x vocab each).
+parameters) x (tokens processed: the clean input and the part of the SDAR / WeDLM noisy copy the objective
+computes), plus attention (12 x q width x the (query, key) pairs the mask allows, per layer, the noisy copy's
+share of them scaled by the share of its blocks computed), plus the output projection at the loss positions
+only (6 x hidden x vocab each).
 
 A variant is ``plain`` or atoms joined by ``+``: ``chunked`` (loss_impl), ``fused`` (optim
 adamw_torch_fused), ``bnb8`` (adamw_bnb_8bit), ``liger``, ``compile``, ``ckpt`` (full checkpointing),
-``ops`` (selective: ops), ``every2`` (checkpoint every 2nd layer), ``offload``. Arms with ``liger`` run
+``ops`` (selective: ops), ``every2`` (checkpoint every 2nd layer), ``offload``, ``fullcopy`` (the whole noisy
+copy, every block, as upstream lays it out: :mod:`textwm.diffusion.noisy_stream`). Arms with ``liger`` run
 last (liger patches the transformers module for the rest of the process).
 
     python scripts/bench_train.py --sizes qwen3-1.7b --objectives ar sdar wedlm --cutoff 4096 --rows 4 \\
@@ -40,6 +42,7 @@ from transformers import AutoModelForCausalLM
 
 import textwm.models  # noqa: F401  (registers the sdar and wedlm model types)
 from textwm.diffusion.masks import packed_causal_mask_mod, sdar_mask_mod
+from textwm.diffusion.noisy_stream import blocks_with_a_mask
 from textwm.models.tiny import SIZES, tiny_config
 from textwm.training import memory, speedups
 from textwm.training.config import SFTConfig
@@ -56,6 +59,7 @@ ATOMS = {
     "ops": {"gradient_checkpointing": True, "gradient_checkpointing_mode": "ops"},
     "every2": {"gradient_checkpointing": True, "gradient_checkpointing_every": 2},
     "offload": {"activation_offload": True},
+    "fullcopy": {},          # not a config key: the objective's trim_noisy_copy off (run_arm)
 }
 BLOCK = {"ar": 4, "sdar": 4, "wedlm": 32}
 
@@ -71,17 +75,19 @@ def variant_overrides(variant: str) -> dict:
     return out
 
 
-def synthetic_rows(rows: int, cutoff: int, vocab: int, seed: int) -> tuple[list[dict], list[list[int]]]:
+def synthetic_rows(rows: int, cutoff: int, vocab: int, seed: int,
+                   answer_share: float = 0.3) -> tuple[list[dict], list[list[int]]]:
     """``rows`` packed rows of ``cutoff`` tokens (the trainer's row format) and each row's sample lengths.
 
-    Samples are 256-1,024 tokens (multiples of 32, so every block size divides them), 30% answer."""
+    Samples are 256-1,024 tokens (multiples of 32, so every block size divides them), ``answer_share`` answer
+    (at least 32 tokens)."""
     rng = random.Random(seed)
     built, lengths, index = [], [], 0
     for _ in range(rows):
         row, left = TrainingRow(), cutoff
         while left >= 64:
             n = min(left, rng.randrange(256, 1025, 32))
-            answer = max(n * 3 // 10 // 32 * 32, 32)
+            answer = max(int(n * answer_share) // 32 * 32, 32)
             ids = [rng.randrange(2, vocab - 2) for _ in range(n)]
             row.add(Sample(prompt_ids=ids[: n - answer], answer_ids=ids[n - answer:], index=index))
             index, left = index + 1, left - n
@@ -91,28 +97,31 @@ def synthetic_rows(rows: int, cutoff: int, vocab: int, seed: int) -> tuple[list[
     return [dataset[i] for i in range(len(dataset))], lengths
 
 
-def attention_pairs(objective: str, lengths: list[list[int]], block: int) -> int:
-    """(query, key) pairs the objective's mask allows, summed over rows and samples (both copies)."""
-    total = 0
+def attention_pairs(objective: str, lengths: list[list[int]], block: int) -> tuple[int, int]:
+    """(query, key) pairs the objective's mask allows, summed over rows and samples: (clean queries, queries
+    of the whole noisy copy)."""
+    clean = noisy = 0
     for n in (n for row in lengths for n in row):
         causal = n * (n + 1) // 2
         if objective == "ar":
-            total += causal
+            clean += causal
         elif objective == "sdar":   # noisy block b: its own block + clean blocks < b; clean: blocks <= b
             nb = n // block
-            total += block * block * (nb + nb * (nb - 1) // 2) + block * block * nb * (nb + 1) // 2
+            noisy += block * block * (nb + nb * (nb - 1) // 2)
+            clean += block * block * nb * (nb + 1) // 2
         else:                       # clean stream causal; the prediction stream sees about as much
-            total += 2 * causal
-    return total
+            clean += causal
+            noisy += causal
+    return clean, noisy
 
 
-def step_flops(model, objective: str, batch: dict, lengths: list[list[int]], block: int) -> float:
+def step_flops(model, objective: str, batch: dict, lengths: list[list[int]], block: int, noisy_share: float) -> float:
+    """``noisy_share``: the share of the noisy copy's tokens the objective computes (0 for AR)."""
     c = model.config
     hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     h, i, q, kv = c.hidden_size, c.intermediate_size, c.num_attention_heads * hd, c.num_key_value_heads * hd
     per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
-    copies = 1 if objective == "ar" else 2
-    tokens = batch["input_ids"].numel() * copies
+    tokens = batch["input_ids"].numel() * (1 + noisy_share)
     answer = batch["labels"] != -100
     if objective == "ar":
         positions = int(answer.sum())
@@ -120,7 +129,8 @@ def step_flops(model, objective: str, batch: dict, lengths: list[list[int]], blo
         positions = int(batch["noise_mask"].sum())
     else:
         positions = int(answer.sum()) + int(batch["noise_mask"].sum())
-    attention = 12 * q * attention_pairs(objective, lengths, block) * c.num_hidden_layers
+    clean, noisy = attention_pairs(objective, lengths, block)
+    attention = 12 * q * (clean + noisy * noisy_share) * c.num_hidden_layers
     return 6 * per_layer * c.num_hidden_layers * tokens + attention + 6 * h * c.vocab_size * positions
 
 
@@ -150,15 +160,24 @@ def run_arm(args, size: str, objective: str, variant: str, vocab: int) -> dict:
             model = AutoModelForCausalLM.from_config(family_config, attn_implementation=attn, dtype=torch.float32)
         model.train()
         obj = build_objective(config, model, attn, pad_token_id=0)
+        if "fullcopy" in variant.split("+"):
+            obj.trim_noisy_copy = False
         for line in speedups.apply_config(model, config):
             print(f"  [{objective} {variant}] {line}", flush=True)
         optimizer = make_optimizer(config.optim, model.parameters())
-        features, lengths = synthetic_rows(args.rows, args.cutoff, vocab, seed=1)
+        features, lengths = synthetic_rows(args.rows, args.cutoff, vocab, seed=1, answer_share=args.answer_share)
         batch = {k: v.to(device) for k, v in obj.collate(features).items()}
         answer = int((batch["labels"] != -100).sum())
         shape = memory.ModelShape.of(model)
+        noisy_share = 0.0
+        if objective != "ar":
+            index, valid = obj.noisy_part(blocks_with_a_mask(batch["noise_mask"], batch["position_ids"],
+                                                             batch["sample_ids"], block))
+            noisy_share = int(valid.sum()) / batch["input_ids"].numel()
         plan = memory.plan_for(config, row_tokens=batch["input_ids"].shape[1],
-                               answer_share=answer / batch["input_ids"].numel())
+                               answer_share=answer / batch["input_ids"].numel(),
+                               noisy_tokens=None if objective == "ar" else index.shape[1])
+        row["noisy_share"] = round(noisy_share, 3)
         row["estimate_gib"] = round(memory.estimate(shape, plan).total / memory.GIB, 1)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -174,7 +193,7 @@ def run_arm(args, size: str, objective: str, variant: str, vocab: int) -> dict:
             losses.append(float(loss))   # synchronises
             times.append(time.perf_counter() - start)
         step = statistics.median(times[args.warmup:])
-        flops = step_flops(model, objective, batch, lengths, block)
+        flops = step_flops(model, objective, batch, lengths, block, noisy_share)
         real = int((batch["sample_ids"] >= 0).sum())
         row.update(step_s=round(step, 4), tokens_per_s=round(real / step, 1), tflops=round(flops / step / 1e12, 1),
                    mfu=round(flops / step / (args.peak_tflops * 1e12), 4), first_loss=round(losses[0], 4),
@@ -229,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      "chunked+fused+liger+compile"])
     p.add_argument("--cutoff", type=int, default=4096, help="tokens per packed row")
     p.add_argument("--rows", type=int, default=4, help="packed rows per step")
+    p.add_argument("--answer-share", type=float, default=0.3,
+                   help="answer tokens per sample (a world model's rows: ~0.05)")
     p.add_argument("--vocab", type=int, default=151936, help="embedding rows (Qwen3's vocabulary)")
     p.add_argument("--steps", type=int, default=6, help="timed steps (the median is reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile, autotuning)")

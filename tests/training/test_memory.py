@@ -46,7 +46,7 @@ def test_the_estimate_is_within_ten_percent_of_the_measured_peak(keys, peak_gib)
 def test_the_arms_that_ran_out_of_memory_are_estimated_not_to_fit():
     for objective in ("sdar", "wedlm"):          # loss_impl logits, 4 x 4096: CUDA out of memory on the H200
         fits, line = memory.check_fits(QWEN3_1_7B, _plan(objective), H200, on_fail="warn")
-        assert not fits and "this step will not fit (4 rows x 4096 tokens x 2 (doubled input))" in line
+        assert not fits and "this step will not fit (4 rows x 4096 tokens + 4096 of the noisy copy)" in line
 
 
 def test_a_step_that_does_not_fit_stops_with_what_to_change():
@@ -82,9 +82,9 @@ def test_zero_and_fsdp_shard_what_they_shard():
 def test_the_plan_follows_the_config():
     plan = _plan("wedlm", rows=2, cutoff=1024, loss_impl="chunked", gradient_checkpointing=True,
                  gradient_checkpointing_mode="ops", gradient_checkpointing_every=3, torch_compile=True)
-    assert (plan.rows, plan.row_tokens, plan.input_copies, plan.loss_share) == (2, 1024, 2, 0.6)
+    assert (plan.rows, plan.row_tokens, plan.noisy_tokens, plan.loss_share) == (2, 1024, 1024, 0.6)
     assert (plan.checkpointing, plan.mode, plan.every, plan.compiled, plan.loss_impl) == (True, "ops", 3, True, "chunked")
-    assert _plan("ar").input_copies == 1 and _plan("ar").loss_share == 0.3
+    assert _plan("ar").noisy_tokens == 0 and _plan("ar").loss_share == 0.3
 
 
 def test_deepspeed_offload_moves_the_weights_and_optimizer_off_the_gpu():

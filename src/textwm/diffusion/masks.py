@@ -35,7 +35,7 @@ def packed_causal_mask_mod(sample_ids: torch.Tensor) -> MaskMod:
 
 
 def sdar_mask_mod(position_ids: torch.Tensor, sample_ids: torch.Tensor, block_size: int, noisy_len: int) -> MaskMod:
-    """The SDAR training rule over the doubled input ``[x_t, x_0]`` (JetAstra/SDAR's LlamaFactory fork).
+    """The SDAR training rule over ``[x_t, x_0]`` (JetAstra/SDAR's LlamaFactory fork).
 
     Query ``q`` may see key ``k`` iff both are in the same sample and one of:
 
@@ -46,10 +46,11 @@ def sdar_mask_mod(position_ids: torch.Tensor, sample_ids: torch.Tensor, block_si
     Blocks count from each sample's position 0 (``block = position_id // block_size``).
 
     Args:
-        position_ids: ``[B, 2L]``; both copies carry the same position ids.
-        sample_ids: ``[B, 2L]``; :data:`PAD_SAMPLE` for padding.
+        position_ids: ``[B, N + L]``; a noisy token carries its clean twin's position id.
+        sample_ids: ``[B, N + L]``; :data:`PAD_SAMPLE` for padding.
         block_size: tokens per block.
-        noisy_len: ``L``: indices ``< L`` are the noisy copy ``x_t``, the rest the clean ``x_0``.
+        noisy_len: ``N``: indices ``< N`` are the noisy copy ``x_t`` (every block, ``N = L``, or only some,
+            :mod:`textwm.diffusion.noisy_stream`), the rest the clean ``x_0``.
     """
     def mask_mod(b, h, q_idx, kv_idx):
         sid_q = sample_ids[b, q_idx]

@@ -95,13 +95,6 @@ def sample_row_noise(answers: Sequence[torch.Tensor], seeds: Sequence[int], eps:
     return draws
 
 
-def double_input(noisy_ids: torch.Tensor, clean_ids: torch.Tensor, position_ids: torch.Tensor,
-                 sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``[x_t, x_0]`` along the sequence: ids, position ids and sample ids, each ``[B, 2L]``."""
-    return (torch.cat([noisy_ids, clean_ids], dim=1), torch.cat([position_ids, position_ids], dim=1),
-            torch.cat([sample_ids, sample_ids], dim=1))
-
-
 def masked_diffusion_loss(logits: torch.Tensor, targets: torch.Tensor, mask_prob: torch.Tensor,
                           num_answer_tokens: torch.Tensor | int) -> torch.Tensor:
     """``sum_i CE(logits_i, targets_i) / p_i`` over the given (masked) positions, / answer tokens.

@@ -102,8 +102,9 @@ def wedlm_mask_mod(position_ids: torch.Tensor, sample_ids: torch.Tensor, block_s
     The clean stream is thereby ordinary causal attention within its sample.
 
     Args:
-        position_ids: ``[B, 2L]`` logical positions (``xt`` reordered, positions kept).
-        sample_ids: ``[B, 2L]``; :data:`PAD_SAMPLE` for padding.
+        position_ids: ``[B, L + N]`` logical positions (``xt`` reordered, positions kept; ``N = L`` or only
+            the blocks with a mask, :mod:`textwm.diffusion.noisy_stream`).
+        sample_ids: ``[B, L + N]``; :data:`PAD_SAMPLE` for padding.
     """
     def mask_mod(b, h, q_idx, kv_idx):
         sid_q = sample_ids[b, q_idx]

@@ -191,6 +191,17 @@ def count_tokens(rows: Sequence[TrainingRow]) -> tuple[int, int]:
     return sum(len(r) for r in rows), sum(sum(label != IGNORE_INDEX for label in r.labels) for r in rows)
 
 
+def noisy_copy_tokens(row: TrainingRow, block_size: int) -> int:
+    """Tokens of ``row`` in (sample, block) groups that hold an answer token: the most of the row's noisy copy
+    an SDAR / WeDLM step computes (:mod:`textwm.diffusion.noisy_stream`; only answer tokens are masked)."""
+    groups: dict[tuple[int, int], list[int]] = {}         # (sample, block) -> [tokens, answer tokens]
+    for label, position, sample in zip(row.labels, row.position_ids, row.sample_ids):
+        group = groups.setdefault((sample, position // block_size), [0, 0])
+        group[0] += 1
+        group[1] += label != IGNORE_INDEX
+    return sum(tokens for tokens, answers in groups.values() if answers)
+
+
 def pad_batch(features: Sequence[dict[str, Any]], *, pad_token_id: int, multiple_of: int = 1) -> dict[str, torch.Tensor]:
     """Stack rows into ``[B, L]`` tensors, right-padding to the longest row (rounded up to ``multiple_of``).
 

@@ -92,7 +92,7 @@ class MemoryPlan:
 
     rows: int                  # per_device_train_batch_size
     row_tokens: int            # the longest row the data produces (tokens, after padding)
-    input_copies: int          # 2 for the doubled SDAR / WeDLM input, else 1
+    noisy_tokens: int          # SDAR / WeDLM: the noisy copy's tokens per row (row_tokens untrimmed); AR: 0
     loss_share: float          # loss positions per input token (answer share, x2 for WeDLM's two terms)
     loss_impl: str = "logits"
     optim: str = "adamw_torch"
@@ -149,7 +149,7 @@ def estimate(shape: ModelShape, plan: MemoryPlan) -> MemoryEstimate:
         gradients = 2 * n / plan.shard_grads
     else:
         weights = (4 * n) / plan.shard_weights + 2 * n   # fp32 master (sharded) + autocast's bf16 copies
-    tokens = plan.rows * plan.row_tokens * plan.input_copies
+    tokens = plan.rows * (plan.row_tokens + plan.noisy_tokens)
     kept = shape.kept_bytes_per_token() * tokens * (COMPILED_ACTIVATION_SCALE if plan.compiled else ACTIVATION_SCALE)
     checkpointed = math.ceil(shape.layers / plan.every) if plan.checkpointing else 0
     plain = shape.layers - checkpointed
@@ -159,7 +159,7 @@ def estimate(shape: ModelShape, plan: MemoryPlan) -> MemoryEstimate:
     per_layer_ckpt = 0.0 if plan.offload else saved
     transient = kept if (checkpointed or plan.offload) else 0.0
     activations = plain * per_layer_plain + checkpointed * per_layer_ckpt + transient
-    positions = tokens / plan.input_copies * plan.loss_share
+    positions = plan.rows * plan.row_tokens * plan.loss_share
     # logits: bf16 + fp32 logits and both gradients at every loss position; chunked: one chunk (and its softmax)
     logits = 2 * CHUNK_BYTES if plan.loss_impl == "chunked" else positions * shape.vocab * 12
     return MemoryEstimate(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
@@ -220,13 +220,16 @@ def zero_shards(deepspeed_config: dict | None, fsdp: str, world_size: int) -> di
     return {}
 
 
-def plan_for(config: Any, *, row_tokens: int, answer_share: float, world_size: int = 1,
-             deepspeed_config: dict | None = None) -> MemoryPlan:
+def plan_for(config: Any, *, row_tokens: int, answer_share: float, noisy_tokens: int | None = None,
+             world_size: int = 1, deepspeed_config: dict | None = None) -> MemoryPlan:
     """The :class:`MemoryPlan` of an :class:`~textwm.training.sft_config.SFTConfig` run whose longest
-    (padded) training row has ``row_tokens`` tokens and whose answer tokens are ``answer_share`` of all."""
+    (padded) training row has ``row_tokens`` tokens and whose answer tokens are ``answer_share`` of all.
+
+    ``noisy_tokens``: the longest noisy copy of a row (SDAR / WeDLM compute only the blocks that can hold a
+    mask, :mod:`textwm.diffusion.noisy_stream`); None takes the whole row, the bound for any data."""
     diffusion = config.objective in ("sdar", "wedlm")
-    return MemoryPlan(rows=config.per_device_train_batch_size, row_tokens=row_tokens,
-                      input_copies=2 if diffusion else 1,
+    noisy = (row_tokens if noisy_tokens is None else min(noisy_tokens, row_tokens)) if diffusion else 0
+    return MemoryPlan(rows=config.per_device_train_batch_size, row_tokens=row_tokens, noisy_tokens=noisy,
                       loss_share=min(1.0, answer_share * (2 if config.objective == "wedlm" else 1)),
                       loss_impl=config.loss_impl, optim=config.optim, checkpointing=config.gradient_checkpointing,
                       mode=config.gradient_checkpointing_mode, every=config.gradient_checkpointing_every,
@@ -247,7 +250,7 @@ def check_fits(shape: ModelShape, plan: MemoryPlan, device_bytes: float, *, on_f
     if est.total <= budget:
         return True, line
     message = (f"{line}: this step will not fit ({plan.rows} rows x {plan.row_tokens} tokens"
-               f"{' x 2 (doubled input)' if plan.input_copies == 2 else ''}). Change one of:\n  - "
+               f"{f' + {plan.noisy_tokens} of the noisy copy' if plan.noisy_tokens else ''}). Change one of:\n  - "
                + "\n  - ".join(suggestions(shape, plan, budget))
                + "\n(memory_check: warn starts anyway; the estimate was within -5% / +10% of the H200 peaks it was "
                   "fitted to, eager and compiled, one GPU)")

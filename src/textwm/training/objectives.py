@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from textwm.diffusion.masks import PAD_SAMPLE, build_mask, packed_causal_mask_mod, sdar_mask_mod
+from textwm.diffusion.noisy_stream import blocks_with_a_mask, kept_index, length_multiple
 from textwm.diffusion.sdar import (
     IGNORE_INDEX,
     MASK_EPS,
-    double_input,
     masked_diffusion_loss,
     masked_diffusion_loss_from_ce,
     sample_row_noise,
@@ -115,6 +115,15 @@ class Objective(ABC):
     def loss(self, model: Any, batch: dict[str, torch.Tensor], num_items_in_batch: Any = None) -> torch.Tensor:
         """Scalar loss of one micro-batch, already divided by the step's answer-token count."""
 
+    def noisy_part(self, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(index [B, N], valid [B, N])`` of the noisy copy's positions to compute: those of ``keep [B, L]``
+        (:mod:`textwm.diffusion.noisy_stream`), or every position when ``trim_noisy_copy`` is off."""
+        if not self.trim_noisy_copy:
+            bsz, length = keep.shape
+            return (torch.arange(length, device=keep.device).expand(bsz, length),
+                    torch.ones_like(keep, dtype=torch.bool))
+        return kept_index(keep, length_multiple(self.attn_implementation))
+
     @staticmethod
     def chunked_token_ce(model: Any, need: torch.Tensor, targets: torch.Tensor,
                          **model_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -154,16 +163,21 @@ class ARObjective(Objective):
 
 
 class SDARObjective(Objective):
-    """Masked-token CE per block with the doubled ``[x_t, x_0]`` input (:mod:`textwm.diffusion.sdar`)."""
+    """Masked-token CE per block over ``[x_t, x_0]`` (:mod:`textwm.diffusion.sdar`).
+
+    ``trim_noisy_copy``: ``x_t`` holds only the blocks with a masked token (:mod:`textwm.diffusion.noisy_stream`:
+    the same loss and gradients at about half the tokens for SFT rows); off, every block, as upstream lays it out.
+    """
 
     name = "sdar"
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, block_size: int,
-                 mask_eps: float = MASK_EPS, loss_impl: str = "logits"):
+                 mask_eps: float = MASK_EPS, loss_impl: str = "logits", trim_noisy_copy: bool = True):
         super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=loss_impl)
         self.mask_token_id = mask_token_id
         self.block_size = block_size
         self.mask_eps = mask_eps
+        self.trim_noisy_copy = trim_noisy_copy
 
     def collate(self, features):
         """Pad, then draw each row's noise from its samples' seeds: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
@@ -173,25 +187,31 @@ class SDARObjective(Objective):
         return batch
 
     def loss(self, model, batch, num_items_in_batch=None):
-        ids, labels, masked = batch["input_ids"], batch["labels"], batch["noise_mask"]
+        ids, labels, masked, pos, sid = (batch[k] for k in ("input_ids", "labels", "noise_mask", "position_ids",
+                                                             "sample_ids"))
         bsz, length = ids.shape
-        noisy = torch.where(masked, torch.full_like(ids, self.mask_token_id), ids)
-        ids2, pos2, sid2 = double_input(noisy, ids, batch["position_ids"], batch["sample_ids"])
-        mask = build_mask(sdar_mask_mod(pos2, sid2, self.block_size, length), bsz, 2 * length, 2 * length,
+        index, valid = self.noisy_part(blocks_with_a_mask(masked, pos, sid, self.block_size))
+        noisy_len = index.shape[1]
+        xt_ids = torch.where(masked, torch.full_like(ids, self.mask_token_id), ids).gather(1, index)
+        xt_sid = torch.where(valid, sid.gather(1, index), PAD_SAMPLE)
+        xt_masked, xt_targets = masked.gather(1, index) & valid, ids.gather(1, index)    # [B, N]
+        xt_p = batch["noise_p"].gather(1, index)
+        ids2, pos2, sid2 = (torch.cat(pair, 1) for pair in ((xt_ids, ids), (pos.gather(1, index), pos), (xt_sid, sid)))
+        total = noisy_len + length
+        mask = build_mask(sdar_mask_mod(pos2, sid2, self.block_size, noisy_len), bsz, total, total,
                           ids.device, attn_implementation=self.attn_implementation)
         # Only positions masked in some row need logits: the vocabulary projection of the rest
         # (prompt, unmasked answer, the whole clean copy) would be wasted memory.
         if self.loss_impl == "chunked":
-            need, targets = F.pad(masked, (0, length)), F.pad(ids, (0, length))   # nothing from the clean copy
+            need, targets = F.pad(xt_masked, (0, length)), F.pad(xt_targets, (0, length))  # nothing from x_0
             ce, keep, sel = self.chunked_token_ce(model, need, targets, input_ids=ids2, position_ids=pos2,
                                                   attention_mask=mask, use_cache=False)
-            return masked_diffusion_loss_from_ce(ce, batch["noise_p"][:, keep][sel],
-                                                 _answer_tokens(labels, num_items_in_batch))
-        keep = masked.any(dim=0).nonzero(as_tuple=True)[0]
+            return masked_diffusion_loss_from_ce(ce, xt_p[:, keep][sel], _answer_tokens(labels, num_items_in_batch))
+        keep = xt_masked.any(dim=0).nonzero(as_tuple=True)[0]
         logits = model(input_ids=ids2, position_ids=pos2, attention_mask=mask, logits_to_keep=keep,
                        use_cache=False).logits
-        sel = masked[:, keep]
-        return masked_diffusion_loss(logits[sel], ids[:, keep][sel], batch["noise_p"][:, keep][sel],
+        sel = xt_masked[:, keep]
+        return masked_diffusion_loss(logits[sel], xt_targets[:, keep][sel], xt_p[:, keep][sel],
                                      _answer_tokens(labels, num_items_in_batch))
 
 
@@ -207,15 +227,17 @@ class WeDLMObjective(Objective):
     ``weighting``: ``weighted`` (1/gamma) or ``uniform``, Tencent/WeDLM's ``loss_weighting_scheme``
     (``loss.py`` ``compute_mlm_loss``: a plain mean of the masked CE): every gamma is taken as 1, which
     under ``micro_batch`` is exactly that mean and under ``step_tokens`` the masked CE summed over the
-    step's answer tokens.
+    step's answer tokens. ``trim_noisy_copy``: as :class:`SDARObjective`'s (``xt`` holds only blocks with a mask).
     """
 
     name = "wedlm"
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int,
                  loss_normalisation: str = "step_tokens", accumulation_steps: int = 1,
-                 ar_weight: float = AR_LOSS_WEIGHT, weighting: str = "weighted", loss_impl: str = "logits"):
+                 ar_weight: float = AR_LOSS_WEIGHT, weighting: str = "weighted", loss_impl: str = "logits",
+                 trim_noisy_copy: bool = True):
         super().__init__(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=loss_impl)
+        self.trim_noisy_copy = trim_noisy_copy
         if loss_normalisation not in WEDLM_LOSS_NORMALISATIONS:
             raise ValueError(f"WeDLMObjective: loss_normalisation must be one of "
                              f"{', '.join(WEDLM_LOSS_NORMALISATIONS)}, got {loss_normalisation!r}")
@@ -257,10 +279,15 @@ class WeDLMObjective(Objective):
                                                              "sample_ids"))
         bsz, length = ids.shape
         order = reorder_within_blocks(masked, pos, sid, self.noise_block)
+        # The reordering keeps each (sample, block) contiguous, so dropping whole blocks keeps xt's layout.
+        index, valid = self.noisy_part(blocks_with_a_mask(masked, pos, sid, self.noise_block).gather(1, order))
+        order = order.gather(1, index)                                              # [B, N]
         noisy = torch.where(masked, torch.full_like(ids, self.mask_token_id), ids)
         xt, xt_pos, xt_sid, xt_masked = (t.gather(1, order) for t in (noisy, pos, sid, masked))
+        xt_sid, xt_masked = torch.where(valid, xt_sid, PAD_SAMPLE), xt_masked & valid
         ids2, pos2, sid2 = torch.cat([ids, xt], 1), torch.cat([pos, xt_pos], 1), torch.cat([sid, xt_sid], 1)
-        mask = build_mask(wedlm_mask_mod(pos2, sid2, self.noise_block, length), bsz, 2 * length, 2 * length,
+        total = length + order.shape[1]
+        mask = build_mask(wedlm_mask_mod(pos2, sid2, self.noise_block, length), bsz, total, total,
                           ids.device, attn_implementation=self.attn_implementation)
         # Logits only where a loss is taken: clean positions followed by an answer token (AR) and
         # prediction-stream mask slots (MLM); the vocabulary projection of the rest would be wasted.

@@ -23,6 +23,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from textwm.data.jsonl import DataError, read_jsonl
 from textwm.data.schema import validate_target_row
+from textwm.diffusion.noisy_stream import length_multiple
 from textwm.diffusion.sdar import IGNORE_INDEX
 from textwm.models.checkpoint import (
     CheckpointError,
@@ -35,7 +36,14 @@ from textwm.models.checkpoint import (
 )
 from textwm.training import memory, speedups
 from textwm.training.config import ConfigError, SFTConfig, save_config
-from textwm.training.data import ChatEncoder, TrainingRows, build_rows, count_tokens, encode_rows
+from textwm.training.data import (
+    ChatEncoder,
+    TrainingRows,
+    build_rows,
+    count_tokens,
+    encode_rows,
+    noisy_copy_tokens,
+)
 from textwm.training.linear_ce import output_projection
 from textwm.training.objectives import ARObjective, Objective, SDARObjective, WeDLMObjective, real_tokens
 
@@ -330,7 +338,12 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
     longest = max(len(r) for r in rows.rows)
     tokens, answer = count_tokens(rows.rows)
     ds = (config._generated_deepspeed or read_json(config.deepspeed)) if config.deepspeed else None
+    noisy = None
+    if config.objective in ("sdar", "wedlm"):
+        most = max(noisy_copy_tokens(r, config.block_length) for r in rows.rows)
+        noisy = -(-most // length_multiple(attn_implementation)) * length_multiple(attn_implementation)
     plan = memory.plan_for(config, row_tokens=-(-longest // tile) * tile, answer_share=answer / max(tokens, 1),
+                           noisy_tokens=noisy,
                            world_size=int(os.environ.get("WORLD_SIZE", "1")), deepspeed_config=ds)
     device = torch.cuda.current_device()
     # Several trainings sharing one GPU (the comparison's --parallel) each get their share of it.
