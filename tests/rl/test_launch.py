@@ -32,6 +32,28 @@ def test_argv_and_environment(tmp_path, monkeypatch):
     assert _flag(gpu.argv(), "--vllm_mode") == "colocate" and gpu.environ()["NPROC_PER_NODE"] == "4"
 
 
+def test_the_world_models_sampling_is_set_checked_and_recorded(tmp_path, monkeypatch):
+    from textwm.config import ConfigError
+    from textwm.rl.launch import CONFIG_RECORD, record_config
+
+    data = tmp_path / "rl.jsonl"
+    data.write_text("{}\n")
+    monkeypatch.setenv("WM_TOP_P", "0.5")           # inherited from the shell: not the config's, so not passed on
+    config = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift", output_dir=str(tmp_path / "run"))
+    env = config.environ()
+    assert env["WM_TEMPERATURE"] == "0.7" and "WM_TOP_P" not in env and "WM_DIFFUSION_STEPS" not in env
+    sampled = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift", wm_temperature=1.0, wm_top_p=0.9,
+                         wm_diffusion_steps=4, output_dir=str(tmp_path / "run"))
+    env = sampled.environ()
+    assert (env["WM_TEMPERATURE"], env["WM_TOP_P"], env["WM_DIFFUSION_STEPS"]) == ("1", "0.9", "4")
+    recorded = json.loads(record_config(sampled).read_text())
+    assert record_config(sampled) == tmp_path / "run" / CONFIG_RECORD
+    assert (recorded["wm_temperature"], recorded["wm_top_p"], recorded["wm_diffusion_steps"]) == (1.0, 0.9, 4)
+    for key, value in (("wm_temperature", -0.1), ("wm_top_p", 0.0), ("wm_diffusion_steps", 0)):
+        with pytest.raises(ConfigError, match=key.upper()):
+            GRPOConfig(env="sciworld", data=str(data), **{key: value})
+
+
 def test_the_knobs_come_from_the_environment(tmp_path):
     data = tmp_path / "rl.jsonl"
     data.write_text("{}\n")

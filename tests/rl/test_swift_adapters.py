@@ -214,6 +214,33 @@ def test_columnar_loader_nulls_are_tolerated(wm_env, scheduler_cls):
     assert play(scheduler, request, "teleport to hallway", 1)["rollout_infos"]["sources"] == ["local"]
 
 
+def test_the_world_model_is_sampled_in_rollouts(wm_env, scheduler_cls, monkeypatch):
+    """WM_TEMPERATURE / WM_TOP_P / WM_DIFFUSION_STEPS reach the proxy with every simulated step; by default the
+    world model samples (temperature 0.7), so a group's episodes can meet different worlds."""
+    calls = []
+
+    def respond(method, path, body):
+        calls.append(body["input"])
+        return 200, {"generated_text": "You focus on the water.", "usage": {}}, 0
+    server = ScriptedServer(respond)
+    try:
+        wm_env(server.url + "/")
+        monkeypatch.setenv("SCIWORLD_WM_GUARD", "0")
+        play(*started(scheduler_cls), "focus on water", 1)
+        monkeypatch.setenv("WM_TEMPERATURE", "1.0")
+        monkeypatch.setenv("WM_TOP_P", "0.9")
+        monkeypatch.setenv("WM_DIFFUSION_STEPS", "2")
+        play(*started(scheduler_cls), "focus on water", 1)
+    finally:
+        server.close()
+    assert calls[0]["temperature"] == 0.7 and "top_p" not in calls[0] and "num_diffusion_steps" not in calls[0]
+    assert (calls[1]["temperature"], calls[1]["top_p"], calls[1]["num_diffusion_steps"]) == (1.0, 0.9, 2)
+    for name, value, message in (("WM_TEMPERATURE", "-1", "use 0"), ("WM_TOP_P", "1.5", r"\(0, 1\]"),
+                                 ("WM_DIFFUSION_STEPS", "0", "1 or more"), ("WM_TEMPERATURE", "hot", "valid float")):
+        with pytest.raises(ValueError, match=f"{name}.*{message}"):
+            WMSettings.from_env({"WM_ENDPOINT": "http://x/", name: value})
+
+
 def test_missing_wm_endpoint_is_a_clear_error(monkeypatch, scheduler_cls):
     monkeypatch.delenv("WM_ENDPOINT", raising=False)
     with pytest.raises(ValueError, match="WM_ENDPOINT is not set"):

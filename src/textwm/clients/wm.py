@@ -64,11 +64,13 @@ class WMResult:
 
 
 def _payload(system_prompt: Any, state: Any, action: Any, max_tokens: int, temperature: float,
-             num_diffusion_steps: int | None) -> dict:
+             num_diffusion_steps: int | None, top_p: float | None = None) -> dict:
     inp = {"system_prompt": system_prompt, "state": state, "action": action, "max_tokens": max_tokens,
            "temperature": temperature}
     if num_diffusion_steps is not None:
         inp["num_diffusion_steps"] = num_diffusion_steps
+    if top_p is not None:
+        inp["top_p"] = top_p
     return {"input": inp}
 
 
@@ -110,12 +112,13 @@ class _BaseWMClient:
     """What the sync and the async client share: defaults, the request body, the give-up error."""
 
     def __init__(self, endpoint: str, *, retry: RetryPolicy, max_tokens: int, temperature: float,
-                 num_diffusion_steps: int | None, timeout_s: float, api_key: str | None):
+                 num_diffusion_steps: int | None, timeout_s: float, api_key: str | None, top_p: float | None = None):
         self.endpoint = endpoint
         self.retry = retry
         self.timeout_s = timeout_s
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps}
+        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "num_diffusion_steps": num_diffusion_steps,
+                         "top_p": top_p}
 
     def _body(self, system_prompt: Any, state: Any, action: Any, overrides: dict[str, Any]) -> dict:
         return _payload(system_prompt, state, action, **{**self.defaults, **overrides})
@@ -139,9 +142,9 @@ class WMClient(_BaseWMClient):
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
                  max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
-                 api_key: str | None = None):
+                 api_key: str | None = None, top_p: float | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
-                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key)
+                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key, top_p=top_p)
         self._http = httpx.Client(headers=self.headers)
 
     def close(self) -> None:
@@ -173,9 +176,9 @@ class AsyncWMClient(_BaseWMClient):
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
                  max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
-                 max_connections: int = 64, api_key: str | None = None):
+                 max_connections: int = 64, api_key: str | None = None, top_p: float | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
-                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key)
+                         num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key, top_p=top_p)
         self._http = httpx.AsyncClient(headers=self.headers, limits=httpx.Limits(max_connections=max_connections))
 
     async def aclose(self) -> None:

@@ -37,6 +37,8 @@ class GRPOInWM:
     use_vllm: bool = False
     run_name: str = "grpo_in_wm"
     launcher: str = "textwm"
+    #: The world model's sampling temperature in rollouts (0: greedy).
+    wm_temperature: float = 0.7
 
 
 def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log_file: Path) -> dict[str, Any]:
@@ -55,7 +57,8 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
                       per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,
                       max_completion_length=run.max_completion_length, max_length=4096, save_steps=run.steps,
                       report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
-                      wm_max_tokens=run.wm_max_tokens, use_vllm=run.use_vllm, launcher=run.launcher, **extra)
+                      wm_max_tokens=run.wm_max_tokens, wm_temperature=run.wm_temperature, use_vllm=run.use_vllm,
+                      launcher=run.launcher, **extra)
     with open(log_file, "w") as logf:
         code = run_grpo(grpo, ["--max_steps", str(run.steps)], stdout=logf)
     if code != 0:
@@ -67,7 +70,7 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
     checkpoint = max(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     shutil.copytree(checkpoint, agent_out, dirs_exist_ok=True)
     episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
-    return {"reward_metric": metric, "reward_per_step": [round(r[metric], 4) for r in steps],
+    return {"reward_metric": metric, "wm_temperature": run.wm_temperature, "reward_per_step": [round(r[metric], 4) for r in steps],
             "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
             "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
             "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),

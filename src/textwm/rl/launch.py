@@ -99,6 +99,11 @@ class GRPOConfig:
     wm_endpoint: str = _knob("http://127.0.0.1:30000/", "the WM proxy", "WM_ENDPOINT")
     wm_max_tokens: int | None = _knob(None, "longest WM observation in tokens (default: the plugin's, 256)",
                                       "WM_MAX_TOKENS")
+    wm_temperature: float = _knob(0.7, "the world model's sampling temperature in rollouts (0: greedy; above 0 a "
+                                        "group's episodes meet different plausible worlds)", "WM_TEMPERATURE")
+    wm_top_p: float | None = _knob(None, "the world model's nucleus sampling (default: the server's, 1.0)", "WM_TOP_P")
+    wm_diffusion_steps: int | None = _knob(None, "denoising steps per block of a diffusion world model (default: the "
+                                                 "server's)", "WM_DIFFUSION_STEPS")
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
     env_url: str = option("", "real env server whose replay of each episode gives the reward (default: the env's "
@@ -158,6 +163,12 @@ class GRPOConfig:
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
         if self.env_url and self.env in env_names() and not get_env(self.env).replay_url_env:
             raise ConfigError(f"env {self.env!r} has no replay reward; leave it empty", key="--env-url")
+        if self.wm_temperature < 0:
+            raise ConfigError(f"must be >= 0, got {self.wm_temperature}", key="WM_TEMPERATURE")
+        if self.wm_top_p is not None and not 0 < self.wm_top_p <= 1:
+            raise ConfigError(f"must be in (0, 1], got {self.wm_top_p}", key="WM_TOP_P")
+        if self.wm_diffusion_steps is not None and self.wm_diffusion_steps < 1:
+            raise ConfigError(f"must be >= 1, got {self.wm_diffusion_steps}", key="WM_DIFFUSION_STEPS")
         for knob in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
                      "grad_accum_steps", "sim_workers"):
             if getattr(self, knob) < 1:
@@ -234,6 +245,11 @@ class GRPOConfig:
                "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
         if c.wm_max_tokens is not None:
             env["WM_MAX_TOKENS"] = str(c.wm_max_tokens)
+        env["WM_TEMPERATURE"] = f"{c.wm_temperature:g}"
+        for name, value in (("WM_TOP_P", c.wm_top_p), ("WM_DIFFUSION_STEPS", c.wm_diffusion_steps)):
+            env.pop(name, None)          # exactly the config's: an inherited value would not be recorded
+            if value is not None:
+                env[name] = f"{value:g}"
         if spec.replay_url_env:  # the reward's switch: exactly the config's (empty: off)
             env.pop(spec.replay_url_env, None)
             if c.env_url:
@@ -265,6 +281,21 @@ def prepare_rows(config: GRPOConfig) -> None:
               f"in {cache.env_dir}", file=sys.stderr)
 
 
+#: The resolved config of a run, beside swift's ``v<N>-<timestamp>/`` folders.
+CONFIG_RECORD = "textwm_grpo_config.json"
+
+
+def record_config(config: GRPOConfig) -> Path:
+    """Write the resolved config (the world model's sampling included) to ``<output_dir>/`` :data:`CONFIG_RECORD`."""
+    from textwm.data.jsonl import write_json
+
+    c = config.resolved()
+    path = Path(c.output_dir) / CONFIG_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, dataclasses.asdict(c))
+    return path
+
+
 def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
     """Run swift with ``config`` (announcing the CPU fallback) after the rows' prepass; its exit status."""
     c = config.resolved()
@@ -278,7 +309,9 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
     reward = f"replays in {c.env_url}" if c.env_url else "the simulated trajectory"
-    print(f"{name}: {c.model_path} on {c.data}, WM {c.wm_endpoint} (guard {c.wm_guard}) -> {c.output_dir}; "
+    record_config(c)
+    print(f"{name}: {c.model_path} on {c.data}, WM {c.wm_endpoint} (guard {c.wm_guard}, temperature "
+          f"{c.wm_temperature:g}) -> {c.output_dir}; "
           f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns; "
           f"reward from {reward}", file=sys.stderr)
     return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,

@@ -80,6 +80,8 @@ PAPER_TRAJECTORY_LOG_ENV = "TRAJECTORY_LOG"
 TRAJECTORY_LOG_NAME = "trajectories.jsonl"
 #: Where the log goes when neither the env var nor the trainer's output_dir is known.
 FALLBACK_TRAJECTORY_LOG = Path("runs") / TRAJECTORY_LOG_NAME
+#: The world model's temperature in rollouts unless ``WM_TEMPERATURE`` says otherwise.
+DEFAULT_WM_TEMPERATURE = 0.7
 
 
 def _spec(env: str | EnvSpec) -> EnvSpec:
@@ -112,6 +114,13 @@ class WMSettings:
     max_tokens: int = 256
     #: Bearer token of the WM proxy, when it was started with one (``WM_API_KEY``).
     api_key: str = field(default="", repr=False)
+    #: The world model's sampling in rollouts (``WM_TEMPERATURE``): above 0, so that a group's episodes meet
+    #: different plausible worlds (the diffusion models' diversity enters the rollouts); 0 is greedy.
+    temperature: float = DEFAULT_WM_TEMPERATURE
+    #: Nucleus sampling of the world model (``WM_TOP_P``; None: the server's, 1.0).
+    top_p: float | None = None
+    #: Denoising steps per block of a diffusion world model (``WM_DIFFUSION_STEPS``; None: the server's).
+    diffusion_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -120,6 +129,12 @@ class WMSettings:
             raise ValueError(f"WM_MAX_RETRIES={self.max_retries}: use 0 or more")
         if self.timeout_s <= 0 or self.max_tokens <= 0:
             raise ValueError(f"WM_TIMEOUT_S={self.timeout_s} and WM_MAX_TOKENS={self.max_tokens} must be positive")
+        if self.temperature < 0:
+            raise ValueError(f"WM_TEMPERATURE={self.temperature}: use 0 (greedy) or more")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"WM_TOP_P={self.top_p}: use a value in (0, 1]")
+        if self.diffusion_steps is not None and self.diffusion_steps < 1:
+            raise ValueError(f"WM_DIFFUSION_STEPS={self.diffusion_steps}: use 1 or more")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WMSettings:
@@ -132,11 +147,20 @@ class WMSettings:
         return cls(endpoint, max_retries=_env_number(environ, "WM_MAX_RETRIES", 3, int),
                    timeout_s=_env_number(environ, "WM_TIMEOUT_S", 120.0, float),
                    max_tokens=_env_number(environ, "WM_MAX_TOKENS", 256, int),
-                   api_key=environ.get("WM_API_KEY", "").strip())
+                   api_key=environ.get("WM_API_KEY", "").strip(),
+                   temperature=_env_number(environ, "WM_TEMPERATURE", DEFAULT_WM_TEMPERATURE, float),
+                   top_p=_env_number(environ, "WM_TOP_P", None, float),
+                   diffusion_steps=_env_number(environ, "WM_DIFFUSION_STEPS", None, int))
+
+    def sampling(self) -> dict[str, Any]:
+        """What the run records of the world model's decoding."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "diffusion_steps": self.diffusion_steps,
+                "max_tokens": self.max_tokens}
 
     def client(self) -> WMClient:
         return WMClient(self.endpoint, timeout_s=self.timeout_s, retry=RetryPolicy(max_retries=self.max_retries),
-                        max_tokens=self.max_tokens, api_key=self.api_key or None)
+                        max_tokens=self.max_tokens, api_key=self.api_key or None, temperature=self.temperature,
+                        top_p=self.top_p, num_diffusion_steps=self.diffusion_steps)
 
 
 # --- the pure core: one episode, turn by turn ----------------------------------------------------------
@@ -329,9 +353,9 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
             sim_cache = SimTaskCache(spec) if spec.builds_sim_tasks else None
             self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns,
                                         sim_cache=sim_cache)
-            log.info("%s: world model at %s (retries %d, timeout %.0f s); local responder %s (%s); max_turns %s",
-                     class_name, wm.endpoint, wm.max_retries, wm.timeout_s, "on" if use_local else "off",
-                     spec.guard_env, max_turns)
+            log.info("%s: world model at %s (retries %d, timeout %.0f s; sampling %s); local responder %s (%s); "
+                     "max_turns %s", class_name, wm.endpoint, wm.max_retries, wm.timeout_s, wm.sampling(),
+                     "on" if use_local else "off", spec.guard_env, max_turns)
 
         @property
         def counters(self) -> RolloutCounters:
