@@ -263,6 +263,61 @@ def test_swift_scheduler_and_reward_play_a_gold_episode(case, gold_wm, monkeypat
     assert json.loads((tmp_path / "traj.jsonl").read_text())["reward"] == value
 
 
+def test_swift_scheduler_plays_real_rollouts_in_the_env_server(case, monkeypatch, tmp_path):
+    """TEXTWM_ROLLOUT_ENV=real: the same scheduler and reward, every action stepped in a real env server session;
+    the episode ends where the real env ends it, its session is given back, and the reward is the real outcome's."""
+    protocol = pytest.importorskip("swift.infer_engine.protocol", reason="ms-swift is in the [rl] extra")
+    from tests.loopback import serving
+    from textwm.envs.pool import PoolConfig
+    from textwm.envs.server import create_env_app
+    from textwm.rl.swift_adapters import make_reward_class, make_scheduler_class
+
+    monkeypatch.delenv("WM_ENDPOINT", raising=False)           # real rollouts need no world model
+    monkeypatch.setenv("TEXTWM_TRAJECTORY_LOG", str(tmp_path / "traj.jsonl"))
+    monkeypatch.setenv("TEXTWM_ROLLOUT_ENV", "real")
+    with serving(create_env_app(case.spec, PoolConfig(workers=1, max_sessions_per_worker=4))) as url:
+        monkeypatch.setenv("TEXTWM_REAL_ENV_URL", url)
+        scheduler = make_scheduler_class(case.spec)(max_turns=40, tokenizer=None, template=None)
+        row = case.rows[0]
+        results = []
+        for replies in (case.gold[row["task_id"]], ["look"] * 40):       # the gold run, then one that loops
+            messages = [dict(m) for m in (json.loads(row["messages"]) if isinstance(row["messages"], str)
+                                          else row["messages"])]
+            request = protocol.RolloutInferRequest(messages=messages,
+                                                   data_dict={k: v for k, v in row.items() if k != "messages"})
+            asyncio.run(scheduler.on_trajectory_start([request]))
+            for turn, reply in enumerate(replies, start=1):
+                request.messages.append({"role": "assistant", "content": reply})
+                choice = protocol.ChatCompletionResponseChoice(
+                    index=0, message=protocol.ChatMessage(role="assistant", content=reply), finish_reason="stop")
+                result = asyncio.run(scheduler.on_turn_end(request, choice, turn))
+                if result["done"]:
+                    break
+                scheduler.step(request, choice, turn)
+            results.append(result["rollout_infos"])
+        gold, loop = results
+        real = scheduler.driver.real
+        assert gold["end_reason"] == "success" and set(gold["sources"]) == {"real"} and not gold["wm_error"]
+        assert case.spec.is_success(gold["outcome"]["score"])
+        assert loop["done"] and loop["end_reason"] not in ("success", "env_error") and set(loop["sources"]) == {"real"}
+        assert real.stats()["live"] == 0 and real.stats()["errors"] == 0     # both sessions given back
+        reward = make_reward_class(case.spec)()
+        values = reward(["x", "y"], rollout_infos=[gold, loop])
+        assert values[0] == case.spec.reward(Outcome.from_dict(gold["outcome"])) and values[0] > values[1]
+        assert json.loads((tmp_path / "traj.jsonl").read_text().splitlines()[0])["reward_source"] == "real env"
+    # The server is gone: the next episode ends as env_error at its first action, counted, nothing made up.
+    request = protocol.RolloutInferRequest(messages=[dict(m) for m in messages],
+                                           data_dict={k: v for k, v in row.items() if k != "messages"})
+    asyncio.run(scheduler.on_trajectory_start([request]))
+    reply = case.gold[row["task_id"]][0]
+    request.messages.append({"role": "assistant", "content": reply})
+    choice = protocol.ChatCompletionResponseChoice(
+        index=0, message=protocol.ChatMessage(role="assistant", content=reply), finish_reason="stop")
+    failed = asyncio.run(scheduler.on_turn_end(request, choice, 1))["rollout_infos"]
+    assert failed["end_reason"] == "env_error" and failed["observations"] == [None]
+    assert scheduler.counters.env_errors == 1
+
+
 # --- evaluation: real, WM, W2R, and the CLI -------------------------------------------------------------
 
 

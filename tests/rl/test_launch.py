@@ -54,6 +54,35 @@ def test_the_world_models_sampling_is_set_checked_and_recorded(tmp_path, monkeyp
             GRPOConfig(env="sciworld", data=str(data), **{key: value})
 
 
+def test_real_rollouts_are_a_checked_switch_that_reaches_the_scheduler(tmp_path, monkeypatch):
+    from textwm.config import ConfigError
+    from textwm.envs import get_env
+    from textwm.rl.real_rollouts import real_rollouts_from_env, rollout_env
+
+    data = tmp_path / "rl.jsonl"
+    data.write_text("{}\n")
+    monkeypatch.setenv("TEXTWM_REAL_ENV_URL", "http://stale:1")     # inherited: never passed on
+    wm = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift")
+    assert wm.environ()["TEXTWM_ROLLOUT_ENV"] == "wm" and "TEXTWM_REAL_ENV_URL" not in wm.environ()
+    real = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift", rollout_env="real",
+                      real_env_url="http://127.0.0.1:30003")
+    env = real.environ()
+    assert (env["TEXTWM_ROLLOUT_ENV"], env["TEXTWM_REAL_ENV_URL"]) == ("real", "http://127.0.0.1:30003")
+    assert real_rollouts_from_env(get_env("sciworld"), env).url == "http://127.0.0.1:30003"
+    assert real_rollouts_from_env(get_env("sciworld"), wm.environ()) is None
+    with pytest.raises(ConfigError, match="--real-env-url"):
+        GRPOConfig(env="sciworld", data=str(data), rollout_env="real")
+    with pytest.raises(ConfigError, match="would play it twice"):
+        GRPOConfig(env="sciworld", data=str(data), rollout_env="real", real_env_url="http://h:1", env_url="http://h:2")
+    with pytest.raises(ValueError, match="use wm or real"):
+        rollout_env({"TEXTWM_ROLLOUT_ENV": "simulator"})
+    with pytest.raises(ValueError, match="needs \\$TEXTWM_REAL_ENV_URL"):
+        real_rollouts_from_env(get_env("sciworld"), {"TEXTWM_ROLLOUT_ENV": "real"})
+    with pytest.raises(ValueError, match="TEXTWM_REAL_SESSIONS"):
+        real_rollouts_from_env(get_env("sciworld"), {"TEXTWM_ROLLOUT_ENV": "real", "TEXTWM_REAL_ENV_URL": "http://h:1",
+                                                     "TEXTWM_REAL_SESSIONS": "0"})
+
+
 def test_the_knobs_come_from_the_environment(tmp_path):
     data = tmp_path / "rl.jsonl"
     data.write_text("{}\n")

@@ -53,7 +53,7 @@ def bootstrap_difference(before: Sequence[bool], after: Sequence[bool], *, resam
     rng = random.Random(seed)
     diffs = [int(after[i]) - int(before[i]) for i in range(n)]
     means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return [round(means[int(0.025 * (resamples - 1))], 4), round(means[int(math.ceil(0.975 * (resamples - 1)))], 4)]
+    return [round(means[int(0.025 * (resamples - 1))], 4), round(means[math.ceil(0.975 * (resamples - 1))], 4)]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class PairedSuccess:
 
     def markdown(self, before: str = "before", after: str = "after") -> str:
         return "\n".join([
-            f"| run | episodes | successes | success rate | 95% interval (Wilson) |", "|---|---|---|---|---|",
+            "| run | episodes | successes | success rate | 95% interval (Wilson) |", "|---|---|---|---|---|",
             f"| {before} | {self.episodes} | {self.successes_before} | {self.rate_before:.3f} | "
             f"{fmt_ci(self.ci95_before)} |",
             f"| {after} | {self.episodes} | {self.successes_after} | {self.rate_after:.3f} | {fmt_ci(self.ci95_after)} |",

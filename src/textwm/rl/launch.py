@@ -34,6 +34,7 @@ from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import DataError
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
+from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, ROLLOUT_ENV_VAR
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class GRPOConfig:
                                                  "server's)", "WM_DIFFUSION_STEPS")
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
+    rollout_env: str = _knob("wm", "where rollouts are played: wm (the simulator: local responder, then the world "
+                                  "model) or real (every action in the env server at --real-env-url)", "ROLLOUT_ENV",
+                             choices=("wm", "real"))
+    real_env_url: str = _knob("", "the env server of real rollouts (python <env>/<env>_env_server.py)", "REAL_ENV_URL")
     env_url: str = option("", "real env server whose replay of each episode gives the reward (default: the env's "
                               "switch, $SCIWORLD_ENV_URL for sciworld; empty: the simulated trajectory's reward)")
     sim_cache: str = _knob("", "cache of simulator start states built for rows that lack them (default: "
@@ -161,6 +166,12 @@ class GRPOConfig:
             raise ConfigError(f"{name}: DATA '{self.data}' not found. {self._data_hint()}")
         if self.wm_guard not in ("", "0", "1"):
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
+        if self.rollout_env == "real" and not self.real_env_url:
+            raise ConfigError("--rollout-env real needs the env server's URL (python <env>/<env>_env_server.py "
+                              "--port 30003, then --real-env-url http://127.0.0.1:30003)", key="--real-env-url")
+        if self.rollout_env == "real" and self.env_url:
+            raise ConfigError("real rollouts already play every episode in the real env; a replay reward "
+                              "(--env-url) would play it twice", key="--env-url")
         if self.env_url and self.env in env_names() and not get_env(self.env).replay_url_env:
             raise ConfigError(f"env {self.env!r} has no replay reward; leave it empty", key="--env-url")
         if self.wm_temperature < 0:
@@ -250,6 +261,10 @@ class GRPOConfig:
             env.pop(name, None)          # exactly the config's: an inherited value would not be recorded
             if value is not None:
                 env[name] = f"{value:g}"
+        env.pop(REAL_ENV_URL_VAR, None)
+        env[ROLLOUT_ENV_VAR] = c.rollout_env
+        if c.rollout_env == "real":
+            env[REAL_ENV_URL_VAR] = c.real_env_url
         if spec.replay_url_env:  # the reward's switch: exactly the config's (empty: off)
             env.pop(spec.replay_url_env, None)
             if c.env_url:
@@ -308,10 +323,12 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
     except DataError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
-    reward = f"replays in {c.env_url}" if c.env_url else "the simulated trajectory"
+    reward = (f"the real env at {c.real_env_url} (rollouts there)" if c.rollout_env == "real"
+              else f"replays in {c.env_url}" if c.env_url else "the simulated trajectory")
     record_config(c)
-    print(f"{name}: {c.model_path} on {c.data}, WM {c.wm_endpoint} (guard {c.wm_guard}, temperature "
-          f"{c.wm_temperature:g}) -> {c.output_dir}; "
+    where = (f"the real env at {c.real_env_url}" if c.rollout_env == "real"
+             else f"WM {c.wm_endpoint} (guard {c.wm_guard}, temperature {c.wm_temperature:g})")
+    print(f"{name}: {c.model_path} on {c.data}, rollouts in {where} -> {c.output_dir}; "
           f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns; "
           f"reward from {reward}", file=sys.stderr)
     return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,

@@ -33,6 +33,10 @@ Failures are visible, never papered over:
   is true, the failure is logged and counted, and no observation is made up. Its reward is the
   reward of the trajectory so far, i.e. of the env's outcome over the steps that were answered.
 
+``TEXTWM_ROLLOUT_ENV=real`` (:mod:`textwm.rl.real_rollouts`) steps every action in a real env server session
+instead (``TEXTWM_REAL_ENV_URL``): the same driver, turn rules, reward and prompt, the real env's observations
+and score.
+
 Rows without a simulator start state (the paper's released ScienceWorld rows) are completed on first use
 from :mod:`textwm.envs.sim_cache` (the launcher fills the cache before swift starts; a start state not
 cached yet is baked from the real env here, once). The env's replay switch (``SCIWORLD_ENV_URL``, the
@@ -52,6 +56,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +71,13 @@ from textwm.envs.episode import Trajectory, TurnRules
 from textwm.envs.registry import get_env
 from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
+from textwm.rl.real_rollouts import (
+    ROLLOUT_ENV_VAR,
+    RealEnvRollouts,
+    real_rollouts_from_env,
+    rollout_env,
+    trajectory_rules,
+)
 from textwm.rl.replay import EnvReplayer, ReplayEpisode, ReplayResult, replayer_from_env
 
 log = logging.getLogger(__name__)
@@ -173,6 +185,8 @@ class RolloutCounters:
     turns: int = 0
     unparseable: int = 0
     wm_errors: int = 0
+    #: Real rollouts whose env server failed (the episode ends as ``env_error``).
+    env_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -182,7 +196,7 @@ class RolloutCounters:
 
     def as_dict(self) -> dict[str, int]:
         return {"episodes": self.episodes, "turns": self.turns, "unparseable": self.unparseable,
-                "wm_errors": self.wm_errors}
+                "wm_errors": self.wm_errors, "env_errors": self.env_errors}
 
 
 @dataclass
@@ -213,11 +227,14 @@ class EpisodeDriver:
         sim_cache: completes rows that lack a simulator start state (None: such a row is refused).
     """
 
-    def __init__(self, spec: EnvSpec, simulator: Simulator, *, max_turns: int | None = None,
-                 sim_cache: SimTaskCache | None = None):
+    def __init__(self, spec: EnvSpec, simulator: Simulator | None, *, max_turns: int | None = None,
+                 sim_cache: SimTaskCache | None = None, real: RealEnvRollouts | None = None):
+        if (simulator is None) == (real is None):
+            raise ValueError("EpisodeDriver: give a simulator or a real env backend, one of them")
         self.spec = spec
         self.rules = TurnRules.of(spec)
         self.simulator = simulator
+        self.real = real
         self.max_turns = _positive_int(max_turns)
         self.sim_cache = sim_cache
         self.counters = RolloutCounters()
@@ -234,7 +251,7 @@ class EpisodeDriver:
         limits = [n for n in (self.max_turns, start.max_turns) if n]
         trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
         return {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
-                "reset_options": dict(start.reset_options)}
+                "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex}
 
     def turn(self, state: dict[str, Any], reply: str) -> TurnResult:
         """Advance ``state`` (in place) by one agent reply."""
@@ -243,19 +260,25 @@ class EpisodeDriver:
         action = trajectory.reply(reply, self.rules)
         if action is None:
             episode.unparseable()
-            trajectory.skipped(self.rules, episode.outcome())
+            outcome = episode.outcome() if self.real is None else trajectory_rules(episode, trajectory.outcome.score)
+            trajectory.skipped(self.rules, outcome)
             self.counters.add(unparseable=1)
+        elif self.real is not None:
+            trajectory.stepped(action, self.real.step(state["key"], episode, action, task_id=trajectory.task_id,
+                                                      reset_options=state.get("reset_options") or {}))
         else:
             trajectory.stepped(action, self.simulator.step(episode, action))
         state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
         self.counters.add(turns=1)
         if trajectory.finished:
             self._finished(trajectory)
+            if self.real is not None:
+                self.real.end(state["key"])
         return TurnResult(trajectory.finished, trajectory.pending, self.infos(state))
 
     def _finished(self, trajectory: Trajectory) -> None:
         failed = trajectory.end_reason == WM_ERROR
-        self.counters.add(episodes=1, wm_errors=int(failed))
+        self.counters.add(episodes=1, wm_errors=int(failed), env_errors=int(trajectory.end_reason == "env_error"))
         if failed:
             c = self.counters
             log.warning("%s: world model failed on task %s at turn %d; episode ended with wm_error "
@@ -348,9 +371,15 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
     class EnvScheduler(rollout.MultiTurnScheduler):
         def __init__(self, infer_engine: Any = None, max_turns: int | None = None, *args: Any, **kwargs: Any):
             super().__init__(infer_engine, max_turns, *args, **kwargs)
+            sim_cache = SimTaskCache(spec) if spec.builds_sim_tasks else None
+            real = real_rollouts_from_env(spec)
+            if real is not None:
+                self.driver = EpisodeDriver(spec, None, real=real, max_turns=max_turns, sim_cache=sim_cache)
+                log.info("%s: rollouts in the real env at %s (%s=real; up to %d sessions); max_turns %s", class_name,
+                         real.url, ROLLOUT_ENV_VAR, real.max_sessions, max_turns)
+                return
             wm = WMSettings.from_env()
             use_local = guard_enabled(spec.guard_env)
-            sim_cache = SimTaskCache(spec) if spec.builds_sim_tasks else None
             self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns,
                                         sim_cache=sim_cache)
             log.info("%s: world model at %s (retries %d, timeout %.0f s; sampling %s); local responder %s (%s); "
@@ -414,6 +443,10 @@ def make_reward_class(env: str | EnvSpec) -> type:
             self.spec = spec
             self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
             self.replayer: EnvReplayer | None = replayer_from_env(spec)
+            self.real_rollouts = rollout_env() == "real"
+            if self.replayer is not None and self.real_rollouts:
+                raise ValueError(f"{class_name}: ${spec.replay_url_env} replays each episode in a real env, but "
+                                 f"${ROLLOUT_ENV_VAR}=real already plays it there; unset one of them")
             log.info("%s: trajectories -> %s; reward from %s", class_name, self.trajectory_log.path,
                      f"replays in the real env server at {self.replayer.url} (${spec.replay_url_env})"
                      if self.replayer else "the simulated trajectory")
@@ -451,7 +484,8 @@ def make_reward_class(env: str | EnvSpec) -> type:
             """The sample's reward and where it comes from: the real replay, else the simulated outcome."""
             if replay is not None and replay.outcome is not None:
                 return float(spec.reward(replay.outcome)), "replay"
-            source = "simulator" if replay is None else "simulator (replay failed)"
+            source = ("real env" if self.real_rollouts else "simulator") if replay is None \
+                else "simulator (replay failed)"
             return float(spec.reward(Outcome.from_dict(info["outcome"]))), source
 
         def _report_replays(self, replays: list[ReplayResult | None]) -> None:

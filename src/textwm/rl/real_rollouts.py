@@ -1,0 +1,179 @@
+"""GRPO rollouts in the real env: the scheduler, reward and agent prompt of the world-model path, with every
+action stepped in a real env server session instead of the simulator.
+
+This is the upper reference of Stage 2 (what GRPO gets from the true environment) and the check of the whole
+path (rows, scheduler, reward, advantages, optimiser): if an agent does not improve here, nothing is wrong with
+the world model. Selected per run (``TEXTWM_ROLLOUT_ENV=real`` with ``TEXTWM_REAL_ENV_URL`` naming an env server,
+``python <env>/<env>_env_server.py``; the launcher's ``--rollout-env real --real-env-url URL``).
+
+Each live episode holds one server session, opened and reset to its task on its first action and given back
+when the episode ends (kept for the next episode's reset, up to ``max_sessions`` idle). The episode's own
+simulated state still records every step, so the trajectory's rules that are not the task's (loops, streaks,
+the turn limit) end a real episode exactly as a simulated one; score, success and the env's own end (a wrong
+focus, its step limit) are the real env's. A failed request ends the episode as ``env_error`` (counted and
+logged), never with a made-up observation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from textwm.clients.retry import RetryPolicy
+from textwm.envs.client import EnvClient
+from textwm.envs.contract import EnvSpec, Outcome, SimEpisode
+from textwm.envs.episode import Step
+from textwm.envs.protocol import EnvError
+
+log = logging.getLogger(__name__)
+
+#: ``wm`` (default: the simulator) or ``real``.
+ROLLOUT_ENV_VAR = "TEXTWM_ROLLOUT_ENV"
+ROLLOUT_ENVS = ("wm", "real")
+#: The env server of real rollouts.
+REAL_ENV_URL_VAR = "TEXTWM_REAL_ENV_URL"
+#: Episodes in flight at most (sessions held on the server), unless ``$TEXTWM_REAL_SESSIONS`` says otherwise.
+REAL_SESSIONS_VAR = "TEXTWM_REAL_SESSIONS"
+REAL_SESSIONS = 64
+#: Who answered a real step, in the trajectory's ``sources``.
+REAL = "real"
+#: End reasons the real env decides; the others are the trajectory's own rules.
+TASK_REASONS = frozenset({"success", "wrong_focus", "env_done"})
+
+
+class RealEnvRollouts:
+    """Steps episodes (by key) in the env server at ``url``; thread-safe; bounded (``max_sessions`` live)."""
+
+    def __init__(self, spec: EnvSpec, url: str, *, max_sessions: int = REAL_SESSIONS, timeout_s: float = 120.0,
+                 retry: RetryPolicy = RetryPolicy(), api_key: str | None = None):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{REAL_ENV_URL_VAR}={url!r}: give the env server's URL, e.g. http://127.0.0.1:30003")
+        if max_sessions < 1:
+            raise ValueError(f"{REAL_SESSIONS_VAR}={max_sessions}: use 1 or more")
+        self.spec, self.url, self.max_sessions = spec, url.rstrip("/"), max_sessions
+        self._client_args = {"timeout_s": timeout_s, "retry": retry, "api_key": api_key}
+        self._live: OrderedDict[str, EnvClient] = OrderedDict()     # episode key -> its session, oldest first
+        self._idle: queue.SimpleQueue[EnvClient] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.steps = self.errors = self.evicted = 0
+
+    def step(self, key: str, episode: SimEpisode, action: str, *, task_id: str,
+             reset_options: Mapping[str, Any]) -> Step:
+        """``action`` in the episode ``key``'s session (opened and reset to ``task_id`` on first use)."""
+        try:
+            client = self._session(key, task_id, reset_options)
+            result = client.step(action)
+        except EnvError as exc:
+            self._count(error=True)
+            self.end(key, healthy=False)
+            log.warning("%s real rollout: task %s, action %r: %s", self.spec.name, task_id, action, exc)
+            return Step(None, episode.outcome(), error=f"{type(exc).__name__}: {exc}", failure="env_error")
+        self._count(error=False)
+        episode.observe(action, result.observation, REAL)
+        score = float(result.score)
+        outcome = (Outcome(True, self.spec.end_reason(score), score) if result.done
+                   else trajectory_rules(episode, score))
+        return Step(result.observation, outcome, source=REAL,
+                    message=self.spec.agent_message(result.observation, result.info), info=dict(result.info))
+
+    def end(self, key: str, *, healthy: bool = True) -> None:
+        """The episode is over: its session is kept for another episode (or closed when it failed)."""
+        with self._lock:
+            client = self._live.pop(key, None)
+        if client is None:
+            return
+        if healthy and self._idle.qsize() < self.max_sessions:
+            self._idle.put(client)
+        else:
+            self._close(client)
+
+    def close(self) -> None:
+        with self._lock:
+            clients = list(self._live.values())
+            self._live.clear()
+        while not self._idle.empty():
+            clients.append(self._idle.get_nowait())
+        for client in clients:
+            self._close(client)
+
+    def stats(self) -> dict[str, int]:
+        return {"steps": self.steps, "errors": self.errors, "live": len(self._live), "evicted": self.evicted}
+
+    def _session(self, key: str, task_id: str, reset_options: Mapping[str, Any]) -> EnvClient:
+        with self._lock:
+            client = self._live.get(key)
+            if client is not None:
+                self._live.move_to_end(key)
+                return client
+            evicted = None
+            if len(self._live) >= self.max_sessions:
+                # An episode the trainer dropped without finishing it (its turn budget ran out inside swift):
+                # the oldest session goes, so sessions stay bounded.
+                _, evicted = self._live.popitem(last=False)
+                self.evicted += 1
+        if evicted is not None:
+            log.warning("%s real rollouts: %d sessions live, the oldest closed (%d so far); raise %s if the "
+                        "trainer keeps more episodes in flight", self.spec.name, self.max_sessions, self.evicted,
+                        REAL_SESSIONS_VAR)
+            self._close(evicted)
+        try:
+            client = self._idle.get_nowait()
+        except queue.Empty:
+            client = EnvClient(self.url, **self._client_args)
+        try:
+            client.reset(task_id, **dict(reset_options))
+        except EnvError:
+            self._close(client)
+            raise
+        with self._lock:
+            self._live[key] = client
+        return client
+
+    def _close(self, client: EnvClient) -> None:
+        try:
+            client.close()
+        except EnvError as exc:  # the server is gone, and its session with it
+            log.debug("closing a real-rollout session at %s failed: %s", self.url, exc)
+
+    def _count(self, *, error: bool) -> None:
+        with self._lock:
+            self.steps += 1
+            self.errors += int(error)
+
+
+def trajectory_rules(episode: SimEpisode, score: float) -> Outcome:
+    """A real episode the env has not ended, at ``score``: over only when the trajectory's own rules (a loop, a
+    streak of rejected or unparseable replies) end it, as they would end a simulated one."""
+    own = episode.outcome()
+    if own.done and own.reason not in TASK_REASONS:
+        return Outcome(True, own.reason, score)
+    return Outcome(False, None, score)
+
+
+def rollout_env(environ: Mapping[str, str] | None = None) -> str:
+    """``wm`` or ``real`` from ``$TEXTWM_ROLLOUT_ENV`` (default ``wm``)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(ROLLOUT_ENV_VAR, "").strip().lower() or "wm"
+    if value not in ROLLOUT_ENVS:
+        raise ValueError(f"${ROLLOUT_ENV_VAR}={value!r}: use {' or '.join(ROLLOUT_ENVS)}")
+    return value
+
+
+def real_rollouts_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) -> RealEnvRollouts | None:
+    """The real-env backend ``$TEXTWM_ROLLOUT_ENV=real`` selects (None: rollouts in the world model)."""
+    environ = os.environ if environ is None else environ
+    if rollout_env(environ) != "real":
+        return None
+    url = environ.get(REAL_ENV_URL_VAR, "").strip()
+    if not url:
+        raise ValueError(f"${ROLLOUT_ENV_VAR}=real needs ${REAL_ENV_URL_VAR}: the env server's URL (start one with "
+                         f"python {spec.name}/{spec.name}_env_server.py --port 30003)")
+    raw = environ.get(REAL_SESSIONS_VAR, "").strip() or str(REAL_SESSIONS)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"${REAL_SESSIONS_VAR}={raw!r}: give the most episodes in flight (>= 1)")
+    return RealEnvRollouts(spec, url, max_sessions=int(raw))
