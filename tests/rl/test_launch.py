@@ -83,6 +83,25 @@ def test_real_rollouts_are_a_checked_switch_that_reaches_the_scheduler(tmp_path,
                                                      "TEXTWM_REAL_SESSIONS": "0"})
 
 
+def test_groups_per_step_dynamic_sampling_and_the_step_metrics(tmp_path, monkeypatch):
+    from textwm.config import ConfigError
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    data = tmp_path / "rl.jsonl"
+    data.write_text("{}\n")
+    config = GRPOConfig(env="sciworld", data=str(data), num_gpus=1, swift="swift", per_device_train_batch_size=4,
+                        tasks_per_step=4)            # 4 tasks x 8 generations = 32 episodes = 4 a pass x 8 passes
+    argv = config.argv()
+    assert _flag(argv, "--gradient_accumulation_steps") == "8" and config.tasks_per_optimizer_step() == 4
+    assert (_flag(argv, "--dynamic_sample"), _flag(argv, "--max_resample_times")) == ("true", "3")
+    assert (_flag(argv, "--log_entropy"), _flag(argv, "--report_to")) == ("true", "tensorboard")
+    assert GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift").tasks_per_optimizer_step() == 1
+    with pytest.raises(ConfigError, match="TASKS_PER_STEP"):
+        GRPOConfig(env="sciworld", data=str(data), num_gpus=1, per_device_train_batch_size=3, tasks_per_step=1).argv()
+    with pytest.raises(ConfigError, match="whole groups of 8"):
+        GRPOConfig(env="sciworld", data=str(data), num_gpus=1, grad_accum_steps=4).argv()
+
+
 def test_the_knobs_come_from_the_environment(tmp_path):
     data = tmp_path / "rl.jsonl"
     data.write_text("{}\n")

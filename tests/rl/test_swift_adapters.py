@@ -271,6 +271,13 @@ def test_reward_scores_outcomes_and_logs_trajectories(wm_env, scheduler_cls, tmp
     assert first["step"] == 7 and first["task_id"] == "boil_v0" and first["wm_error"] is True
     assert first["actions"] == ["teleport to kitchen", "focus on water"] and first["sources"] == ["local", None]
     assert "num_turns" not in first
+    # Two groups of two (by prompt_id): one with a reward spread, one without (no gradient: counted).
+    reward_fn(["a", "b", "c", "d"], rollout_infos=[infos, good, infos, infos], prompt_id=["p1", "p1", "p2", "p2"],
+              trainer_state=State())
+    batches = [json.loads(x) for x in (log_path.parent / "reward_batches.jsonl").read_text().splitlines()]
+    assert [(b["step"], b["episodes"], b["groups"], b["zero_spread_groups"]) for b in batches] == [(7, 2, 2, 0),
+                                                                                                 (7, 4, 2, 1)]
+    assert batches[1]["mean_reward"] == 0.25 and batches[1]["successes"] == 1
     with pytest.raises(ValueError, match="--multi_turn_scheduler sciworld_scheduler"):
         reward_fn(["a"], rollout_infos=[{}])
 

@@ -39,6 +39,9 @@ class GRPOInWM:
     launcher: str = "textwm"
     #: The world model's sampling temperature in rollouts (0: greedy).
     wm_temperature: float = 0.7
+    #: ms-swift's dynamic sampling (groups without reward spread regenerated): off in the CPU-sized runs, where a
+    #: regeneration round costs as much as the step.
+    dynamic_sample: bool = False
 
 
 def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log_file: Path) -> dict[str, Any]:
@@ -57,7 +60,8 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
                       per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,
                       max_completion_length=run.max_completion_length, max_length=4096, save_steps=run.steps,
                       report_to="none", dataset_num_proc=1, dataloader_num_workers=0,
-                      wm_max_tokens=run.wm_max_tokens, wm_temperature=run.wm_temperature, use_vllm=run.use_vllm,
+                      wm_max_tokens=run.wm_max_tokens, wm_temperature=run.wm_temperature, dynamic_sample=run.dynamic_sample,
+                      use_vllm=run.use_vllm,
                       launcher=run.launcher, **extra)
     with open(log_file, "w") as logf:
         code = run_grpo(grpo, ["--max_steps", str(run.steps)], stdout=logf)

@@ -146,13 +146,23 @@ class GRPOConfig:
     temperature: float = _knob(0.9, "rollout temperature", "TEMPERATURE")
     top_p: float = _knob(0.95, "rollout nucleus sampling", "TOP_P")
     num_iterations: int = _knob(1, "GRPO iterations per batch", "NUM_ITERATIONS")
+    tasks_per_step: int = _knob(0, "tasks (GRPO groups) per optimizer step; sets grad_accum_steps to tasks x "
+                                   "num_generations / (per_device_train_batch_size x GPUs) (0: grad_accum_steps as "
+                                   "given)", "TASKS_PER_STEP")
+    dynamic_sample: bool = _knob(True, "drop groups whose episodes all got the same reward (no gradient) and "
+                                       "generate new ones in their place (ms-swift's dynamic sampling)",
+                                 "DYNAMIC_SAMPLE")
+    max_resample_times: int = _knob(3, "dynamic sampling: new generation rounds per batch at most", "MAX_RESAMPLE_TIMES")
+    log_entropy: bool = _knob(True, "log the policy's token entropy per step (entropy/mean in logging.jsonl)",
+                              "LOG_ENTROPY")
     gradient_checkpointing: bool | None = _knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
     save_steps: int = _knob(20, "checkpoint every N steps", "SAVE_STEPS")
     save_total_limit: int = _knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
     logging_steps: int = _knob(1, "log every N steps", "LOGGING_STEPS")
     dataset_num_proc: int = _knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
     dataloader_num_workers: int = _knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
-    report_to: str = _knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set)", "REPORT_TO")
+    report_to: str = _knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else tensorboard: "
+                               "event files in <output_dir>/v<N>-<timestamp>/runs)", "REPORT_TO")
     check_model: bool = _knob(False, "let ms-swift check the model files", "CHECK_MODEL")
     seed: int = _knob(42, "seed", "SEED")
     swift: str = _knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
@@ -180,6 +190,9 @@ class GRPOConfig:
             raise ConfigError(f"must be in (0, 1], got {self.wm_top_p}", key="WM_TOP_P")
         if self.wm_diffusion_steps is not None and self.wm_diffusion_steps < 1:
             raise ConfigError(f"must be >= 1, got {self.wm_diffusion_steps}", key="WM_DIFFUSION_STEPS")
+        if self.tasks_per_step < 0 or self.max_resample_times < 1:
+            raise ConfigError("TASKS_PER_STEP must be >= 0 and MAX_RESAMPLE_TIMES >= 1, got "
+                              f"{self.tasks_per_step} and {self.max_resample_times}", key="TASKS_PER_STEP")
         for knob in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
                      "grad_accum_steps", "sim_workers"):
             if getattr(self, knob) < 1:
@@ -211,10 +224,31 @@ class GRPOConfig:
             torch_dtype=self.torch_dtype or ("bfloat16" if gpu else "float32"),
             use_vllm=gpu if self.use_vllm is None else self.use_vllm,
             gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,
-            report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "none"),
+            report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "tensorboard"),
+            grad_accum_steps=self._grad_accum_steps(),
             wm_guard=self.wm_guard or os.environ.get(get_env(self.env).guard_env, "").strip() or "1",
             env_url=self.env_url or (os.environ.get(switch, "").strip() if switch else ""),
             swift=self.swift or default_swift())
+
+    def _grad_accum_steps(self) -> int:
+        """``grad_accum_steps``, or what ``tasks_per_step`` makes of it; ConfigError when a step would not hold
+        whole groups (every task's ``num_generations`` episodes)."""
+        per_pass = self.per_device_train_batch_size * max(1, self.gpus)
+        steps = self.grad_accum_steps
+        if self.tasks_per_step:
+            steps, left = divmod(self.tasks_per_step * self.num_generations, per_pass)
+            if left or steps < 1:
+                raise ConfigError(f"{self.tasks_per_step} tasks x {self.num_generations} generations is not a multiple "
+                                  f"of per_device_train_batch_size x GPUs ({per_pass})", key="TASKS_PER_STEP")
+        if (per_pass * steps) % self.num_generations:
+            raise ConfigError(f"a step of {per_pass * steps} episodes (per_device_train_batch_size x GPUs x "
+                              f"grad_accum_steps) does not hold whole groups of {self.num_generations}",
+                              key="NUM_GENERATIONS")
+        return steps
+
+    def tasks_per_optimizer_step(self) -> int:
+        c = self.resolved()
+        return c.per_device_train_batch_size * max(1, c.num_gpus) * c.grad_accum_steps // c.num_generations
 
     def argv(self, extra: list[str] = ()) -> list[str]:
         """The ``swift rlhf`` command line (of the resolved config)."""
@@ -237,7 +271,8 @@ class GRPOConfig:
                 "--gradient_checkpointing", b(c.gradient_checkpointing), "--save_steps", str(c.save_steps),
                 "--save_total_limit", str(c.save_total_limit), "--logging_steps", str(c.logging_steps),
                 "--dataset_num_proc", str(c.dataset_num_proc), "--dataloader_num_workers", str(c.dataloader_num_workers),
-                "--log_completions", "true", "--report_to", c.report_to, "--run_name", c.run_name,
+                "--log_completions", "true", "--log_entropy", b(c.log_entropy), "--dynamic_sample", b(c.dynamic_sample),
+                "--max_resample_times", str(c.max_resample_times), "--report_to", c.report_to, "--run_name", c.run_name,
                 "--seed", str(c.seed), "--output_dir", c.output_dir]
         if c.model_type:
             argv += ["--model_type", c.model_type]
@@ -329,7 +364,8 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
     where = (f"the real env at {c.real_env_url}" if c.rollout_env == "real"
              else f"WM {c.wm_endpoint} (guard {c.wm_guard}, temperature {c.wm_temperature:g})")
     print(f"{name}: {c.model_path} on {c.data}, rollouts in {where} -> {c.output_dir}; "
-          f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.num_generations} generations x {c.max_turns} turns; "
+          f"{c.num_gpus} GPU(s), vLLM {c.use_vllm}, {c.tasks_per_optimizer_step()} task(s) x {c.num_generations} "
+          f"generations x {c.max_turns} turns a step, dynamic sampling {c.dynamic_sample}; "
           f"reward from {reward}", file=sys.stderr)
     return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,
                           stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode

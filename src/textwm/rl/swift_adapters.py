@@ -339,6 +339,23 @@ class TrajectoryLog:
             os.close(fd)  # releases the lock
 
 
+#: One line per rewarded batch (every generation round, dynamic sampling's resamples included), beside the
+#: trajectory log: how many GRPO groups had no reward spread, hence no gradient.
+BATCH_LOG_NAME = "reward_batches.jsonl"
+
+
+def batch_record(step: Any, records: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """A rewarded batch: episodes, groups (by ``prompt_id``), groups whose rewards are all equal, mean reward."""
+    groups: dict[Any, list[float]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.get("prompt_id") if r.get("prompt_id") is not None else i, []).append(r["reward"])
+    flat = sum(1 for rewards in groups.values() if len(rewards) > 1 and max(rewards) == min(rewards))
+    rewards = [r["reward"] for r in records]
+    return {"time": round(time.time(), 3), "step": step, "episodes": len(records), "groups": len(groups),
+            "zero_spread_groups": flat, "mean_reward": round(sum(rewards) / max(1, len(rewards)), 4),
+            "successes": sum((r.get("outcome") or {}).get("reason") == "success" for r in records)}
+
+
 def _at(values: Any, i: int) -> Any:
     return values[i] if isinstance(values, (list, tuple)) and i < len(values) else None
 
@@ -442,6 +459,7 @@ def make_reward_class(env: str | EnvSpec) -> type:
             super().__init__(args, **kwargs)
             self.spec = spec
             self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
+            self.batch_log = TrajectoryLog(self.trajectory_log.path.with_name(BATCH_LOG_NAME))
             self.replayer: EnvReplayer | None = replayer_from_env(spec)
             self.real_rollouts = rollout_env() == "real"
             if self.replayer is not None and self.real_rollouts:
@@ -473,9 +491,11 @@ def make_reward_class(env: str | EnvSpec) -> type:
                                 "reward_source": source, "reward": value})
             self.trajectory_log.append(records)
             errors = sum(bool(r["wm_error"]) for r in records)
-            log.info("%s: %d episodes, mean reward %.3f, %d ended by a WM failure, %d unparseable replies",
-                     class_name, len(values), sum(values) / max(1, len(values)), errors,
-                     sum(int(r["unparseable"]) for r in records))
+            batch = batch_record(step, records)
+            log.info("%s: %d episodes in %d groups (%d without reward spread), mean reward %.3f, %d ended by a WM "
+                     "failure, %d unparseable replies", class_name, len(values), batch["groups"],
+                     batch["zero_spread_groups"], batch["mean_reward"], errors, sum(int(r["unparseable"]) for r in records))
+            self.batch_log.append([batch])
             if self.replayer is not None:
                 self._report_replays(replays)
             return values
