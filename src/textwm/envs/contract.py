@@ -148,6 +148,8 @@ class EnvSpec:
     #: Env variable naming an env server (:mod:`textwm.envs.server`) whose replay of each GRPO episode's actions
     #: gives its reward (ScienceWorld: ``SCIWORLD_ENV_URL``, the paper's name); empty: no replay reward.
     replay_url_env: ClassVar[str] = ""
+    #: :meth:`paper_reward` is defined (``reward: paper`` may be chosen).
+    has_paper_reward: ClassVar[bool] = False
 
     # --- rows ----------------------------------------------------------------------------------------
 
@@ -271,6 +273,16 @@ class EnvSpec:
         """Hook: the GRPO reward of an episode's outcome (default: its shaped reward if any, else the score)."""
         return float(outcome.score if outcome.reward is None else outcome.reward)
 
+    def reward_cases(self) -> list[tuple[str, Outcome, list[str | None], str]]:
+        """Hook: built episodes, one per kind of outcome (success, partial, nothing, failure, loop, unparseable):
+        ``(name, outcome, actions, why its reward leads to the task)``, for ``python -m textwm.rl.rewards``."""
+        raise NotImplementedError(f"{self.name}: no reward cases written for this env yet")
+
+    def paper_reward(self, outcome: Outcome, actions: Sequence[str | None]) -> float:
+        """Hook: the paper's GRPO reward of an episode (``reward: paper``), where the env defines one
+        (:attr:`has_paper_reward`); ``actions``: the agent's, None for an unparseable reply."""
+        raise NotImplementedError(f"{self.name}: the paper's reward rule is not written for this env; use ours")
+
     def is_success(self, score: float) -> bool:
         return score >= self.success_score
 
@@ -297,6 +309,12 @@ class EnvSpec:
     def end_reason(self, score: float) -> str:
         """Hook: why the real env ended an episode with ``score`` (default: success or env_done)."""
         return "success" if self.is_success(score) else "env_done"
+
+    def end_outcome(self, score: float, previous_score: float) -> Outcome:
+        """Hook: the outcome of an episode the real env ended at ``score``, its score before the last step being
+        ``previous_score`` (default: the end reason and the score; ScienceWorld keeps the progress made before a
+        wrong focus for the reward)."""
+        return Outcome(True, self.end_reason(score), score)
 
     def real_start(self, start: TaskStart, reset: ResetResult) -> tuple[list[dict[str, str]], bool]:
         """Hook: the agent's start conversation for a real-env reset, and whether it was rebuilt from it

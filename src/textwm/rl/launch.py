@@ -107,6 +107,9 @@ class GRPOConfig:
                                                  "server's)", "WM_DIFFUSION_STEPS")
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
+    reward: str = _knob("ours", "the reward rule: ours (the env's reward of the outcome; python -m textwm.rl.rewards "
+                                "prints it) or paper (the paper's plugin's rule, where written)", "REWARD",
+                        choices=("ours", "paper"))
     rollout_env: str = _knob("wm", "where rollouts are played: wm (the simulator: local responder, then the world "
                                   "model) or real (every action in the env server at --real-env-url)", "ROLLOUT_ENV",
                              choices=("wm", "real"))
@@ -182,6 +185,8 @@ class GRPOConfig:
         if self.rollout_env == "real" and self.env_url:
             raise ConfigError("real rollouts already play every episode in the real env; a replay reward "
                               "(--env-url) would play it twice", key="--env-url")
+        if self.reward == "paper" and self.env in env_names() and not get_env(self.env).has_paper_reward:
+            raise ConfigError(f"the paper's reward rule is not written for {self.env} yet; use ours", key="--reward")
         if self.env_url and self.env in env_names() and not get_env(self.env).replay_url_env:
             raise ConfigError(f"env {self.env!r} has no replay reward; leave it empty", key="--env-url")
         if self.wm_temperature < 0:
@@ -296,6 +301,7 @@ class GRPOConfig:
             env.pop(name, None)          # exactly the config's: an inherited value would not be recorded
             if value is not None:
                 env[name] = f"{value:g}"
+        env["TEXTWM_REWARD"] = c.reward
         env.pop(REAL_ENV_URL_VAR, None)
         env[ROLLOUT_ENV_VAR] = c.rollout_env
         if c.rollout_env == "real":

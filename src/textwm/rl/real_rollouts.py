@@ -63,8 +63,9 @@ class RealEnvRollouts:
         self.steps = self.errors = self.evicted = 0
 
     def step(self, key: str, episode: SimEpisode, action: str, *, task_id: str,
-             reset_options: Mapping[str, Any]) -> Step:
-        """``action`` in the episode ``key``'s session (opened and reset to ``task_id`` on first use)."""
+             reset_options: Mapping[str, Any], previous_score: float = 0.0) -> Step:
+        """``action`` in the episode ``key``'s session (opened and reset to ``task_id`` on first use);
+        ``previous_score``: the real score before it (what a wrong focus keeps, :meth:`EnvSpec.end_outcome`)."""
         try:
             client = self._session(key, task_id, reset_options)
             result = client.step(action)
@@ -76,8 +77,7 @@ class RealEnvRollouts:
         self._count(error=False)
         episode.observe(action, result.observation, REAL)
         score = float(result.score)
-        outcome = (Outcome(True, self.spec.end_reason(score), score) if result.done
-                   else trajectory_rules(episode, score))
+        outcome = self.spec.end_outcome(score, previous_score) if result.done else trajectory_rules(episode, score)
         return Step(result.observation, outcome, source=REAL,
                     message=self.spec.agent_message(result.observation, result.info), info=dict(result.info))
 

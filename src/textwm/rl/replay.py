@@ -106,18 +106,19 @@ class EnvReplayer:
         steps, ok = 0, False
         try:
             client.reset(episode.task_id, **dict(episode.reset_options))
-            score, done = 0.0, False
+            score, previous, done = 0.0, 0.0, False
             for action in episode.actions:
                 if action is None:
                     continue
                 result = client.step(action)
                 steps += 1
-                score, done = float(result.score), bool(result.done)
+                previous, score, done = score, float(result.score), bool(result.done)
                 if done:
                     break
-            reason = self.spec.end_reason(score) if done else episode.trajectory_reason
+            outcome = (self.spec.end_outcome(score, previous) if done
+                       else Outcome(False, episode.trajectory_reason, score))
             ok = True
-            return ReplayResult(Outcome(done, reason, score), steps, seconds=time.perf_counter() - started)
+            return ReplayResult(outcome, steps, seconds=time.perf_counter() - started)
         except EnvError as exc:
             return ReplayResult(None, steps, error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - started)
         finally:

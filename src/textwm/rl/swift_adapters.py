@@ -265,7 +265,8 @@ class EpisodeDriver:
             self.counters.add(unparseable=1)
         elif self.real is not None:
             trajectory.stepped(action, self.real.step(state["key"], episode, action, task_id=trajectory.task_id,
-                                                      reset_options=state.get("reset_options") or {}))
+                                                      reset_options=state.get("reset_options") or {},
+                                                      previous_score=trajectory.outcome.score))
         else:
             trajectory.stepped(action, self.simulator.step(episode, action))
         state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
@@ -337,6 +338,23 @@ class TrajectoryLog:
                     view = view[os.write(fd, view):]
         finally:
             os.close(fd)  # releases the lock
+
+
+#: ``ours`` (default: :meth:`EnvSpec.reward`) or ``paper`` (:meth:`EnvSpec.paper_reward`).
+REWARD_RULE_VAR = "TEXTWM_REWARD"
+REWARD_RULES = ("ours", "paper")
+
+
+def reward_rule(spec: EnvSpec, environ: Mapping[str, str] | None = None) -> str:
+    """The reward rule ``$TEXTWM_REWARD`` names, checked against what the env defines."""
+    environ = os.environ if environ is None else environ
+    rule = environ.get(REWARD_RULE_VAR, "").strip().lower() or "ours"
+    if rule not in REWARD_RULES:
+        raise ValueError(f"${REWARD_RULE_VAR}={rule!r}: use {' or '.join(REWARD_RULES)}")
+    if rule == "paper" and not spec.has_paper_reward:
+        raise ValueError(f"${REWARD_RULE_VAR}=paper: the paper's reward rule is not written for {spec.name} yet; "
+                         "use ours")
+    return rule
 
 
 #: One line per rewarded batch (every generation round, dynamic sampling's resamples included), beside the
@@ -461,11 +479,13 @@ def make_reward_class(env: str | EnvSpec) -> type:
             self.trajectory_log = TrajectoryLog(trajectory_log_path(args))
             self.batch_log = TrajectoryLog(self.trajectory_log.path.with_name(BATCH_LOG_NAME))
             self.replayer: EnvReplayer | None = replayer_from_env(spec)
+            self.rule = reward_rule(spec)
             self.real_rollouts = rollout_env() == "real"
             if self.replayer is not None and self.real_rollouts:
                 raise ValueError(f"{class_name}: ${spec.replay_url_env} replays each episode in a real env, but "
                                  f"${ROLLOUT_ENV_VAR}=real already plays it there; unset one of them")
-            log.info("%s: trajectories -> %s; reward from %s", class_name, self.trajectory_log.path,
+            log.info("%s: trajectories -> %s; %s reward rule; reward from %s", class_name, self.trajectory_log.path,
+                     self.rule,
                      f"replays in the real env server at {self.replayer.url} (${spec.replay_url_env})"
                      if self.replayer else "the simulated trajectory")
 
@@ -503,10 +523,15 @@ def make_reward_class(env: str | EnvSpec) -> type:
         def _value(self, info: Mapping[str, Any], replay: ReplayResult | None) -> tuple[float, str]:
             """The sample's reward and where it comes from: the real replay, else the simulated outcome."""
             if replay is not None and replay.outcome is not None:
-                return float(spec.reward(replay.outcome)), "replay"
+                return self._rewarded(replay.outcome, info), "replay"
             source = ("real env" if self.real_rollouts else "simulator") if replay is None \
                 else "simulator (replay failed)"
-            return float(spec.reward(Outcome.from_dict(info["outcome"]))), source
+            return self._rewarded(Outcome.from_dict(info["outcome"]), info), source
+
+        def _rewarded(self, outcome: Outcome, info: Mapping[str, Any]) -> float:
+            if self.rule == "paper":
+                return float(spec.paper_reward(outcome, info.get("actions") or []))
+            return float(spec.reward(outcome))
 
         def _report_replays(self, replays: list[ReplayResult | None]) -> None:
             """Log this batch's replay failures with the running totals; raise when every replay failed."""

@@ -6,6 +6,8 @@ from textwm.envs.sciworld.reward import (
     episode_outcome,
     goals_from_gold,
     loop_detected,
+    paper_loops,
+    paper_reward,
     reward,
     score_of,
     trailing_streak,
@@ -81,12 +83,58 @@ def test_episode_outcome_and_reward():
                            ["You focus on the water.", "The stove is now activated.", "The water boils."], g) \
         == Outcome(True, "success", 100.0)
     wrong = episode_outcome(["focus on orange"], ["You focus on the orange."], g)
-    assert wrong.reason == "wrong_focus" and reward(wrong) == -1.0
+    assert wrong.reason == "wrong_focus" and wrong.score == -100 and reward(wrong) == 0.0
     assert episode_outcome([None, None, None], ["x", "y", "z"], g).reason == "unparseable_streak"
     streak = episode_outcome([f"bad {i}" for i in range(6)], [NO_MATCH] * 6, g)
     assert streak.reason == "invalid_streak" and reward(streak) == -0.1
     going = episode_outcome(["focus on water"], ["You focus on the water."], g)
     assert going == Outcome(False, None, 70.0) and reward(going) == 0.7
+
+
+#: A lifespan task's gold run as the real env scores it: going outdoors is credited, then the right focus.
+LIFESPAN = [("open door to hallway", "The door is now open.", 0), ("go to hallway", "You move to the hallway.", 0),
+            ("open door to outside", "The door is now open.", 0), ("go to outside", "You move to the outside.", 50),
+            ("focus on elephant", "You focus on the elephant.", 100)]
+
+
+def test_arriving_where_the_real_env_credits_it_is_progress():
+    g = goals_from_gold(LIFESPAN)
+    assert g.milestones == (("you are in the outside", 50.0, 1), ("you focus on the elephant.", 100.0, 1))
+    assert score_of(["teleport to outside"], ["You teleport to the outside."], g) == 50   # either way of arriving
+    assert score_of(["go to hallway"], ["You move to the hallway."], g) == 0              # not where it counts
+
+
+def test_the_reward_per_outcome_leads_to_the_task():
+    """The reward of each outcome of a lifespan episode: trying (a focus) never pays less than not trying, and
+    the right focus pays the most; wasting turns pays least."""
+    g = goals_from_gold(LIFESPAN)
+    out = (["go to outside"], ["You move to the outside."])
+    cases = {
+        "success": episode_outcome([*out[0], "focus on elephant"], [*out[1], "You focus on the elephant."], g),
+        "partial": episode_outcome(*out, g),
+        "nothing": episode_outcome(["look around"], ["This room is called the kitchen."], g),
+        "wrong focus after progress": episode_outcome([*out[0], "focus on bee"], [*out[1], "You focus on the bee."], g),
+        "wrong focus at once": episode_outcome(["focus on bee"], ["You focus on the bee."], g),
+        "loop": episode_outcome(["look around"] * 3, ["This room is called the kitchen."] * 3, g),
+        "unparseable": episode_outcome([None] * 3, [], g),
+    }
+    rewards = {name: reward(o) for name, o in cases.items()}
+    assert rewards == {"success": 1.0, "partial": 0.5, "nothing": 0.0, "wrong focus after progress": 0.5,
+                       "wrong focus at once": 0.0, "loop": -0.1, "unparseable": -0.1}
+    assert cases["wrong focus after progress"].score == -100          # the env's own score is kept as it is
+
+
+def test_the_papers_reward_on_built_trajectories():
+    assert paper_reward(100, ["go to outside", "focus on elephant"]) == 1.0
+    assert paper_reward(50, ["go to outside"]) == 0.5
+    assert paper_reward(-100, ["focus on bee"]) == pytest.approx(-0.2)               # -0.2, x1.5 short: clamped
+    assert paper_reward(-100, ["look", "go to outside", "focus on bee"]) == pytest.approx(-0.2)
+    assert paper_reward(0, [f"look at {i}" for i in range(10)]) == pytest.approx(-0.15)   # no focus in 10 actions
+    assert paper_reward(0, [f"look at {i}" for i in range(9)]) == 0.0
+    assert paper_loops(["a", "a", "a", "a"]) == 2 and paper_loops(["a", "b", "a", "b", "a"]) == 2
+    assert paper_reward(50, ["go to outside", "look", "look", "look"]) == pytest.approx(0.5 * 0.85)
+    assert paper_reward(100, ["a"] * 12 + ["focus on x"]) == pytest.approx(0.3)      # 10 loops: the 0.3 floor
+    assert paper_reward(0, []) == 0.0
 
 
 @pytest.mark.slow

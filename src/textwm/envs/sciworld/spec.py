@@ -6,8 +6,9 @@
   replies in a row end an episode;
 * simulator: :class:`~textwm.envs.sciworld.sim.SciWorldEpisode` (tracker + local responder + WM prompt
   + trajectory outcome); ``SCIWORLD_WM_GUARD=0`` sends every step to the world model;
-* reward: score / 100 in [-1, 1], -1 for a wrong focus, -0.1 for an episode ended by a loop or a
-  streak (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100;
+* reward: score / 100; a wrong focus keeps the progress before it, a loop or a streak its progress
+  minus 0.1 (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100; the paper's rule
+  (:func:`~textwm.envs.sciworld.reward.paper_reward`) with ``reward: paper``;
 * real env: :class:`~textwm.envs.sciworld.env.SciWorldEnv` (one JVM per session), reset option
   ``simplification``, the task catalog warmed once per worker.
 
@@ -27,7 +28,7 @@ server: each episode's actions are replayed there and the real score is rewarded
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textwm.data.jsonl import DataError
@@ -64,6 +65,7 @@ class SciWorldSpec(EnvSpec):
     agent_system_prompt = agent.AGENT_SYSTEM_PROMPT
     default_max_turns = agent.DEFAULT_MAX_TURNS
     success_score = reward.SUCCESS_SCORE
+    has_paper_reward = True
     reset_options = ("simplification",)
     session_config = SciWorldSessionConfig
     #: The paper's env-server wire form (``POST /`` / ``DELETE /`` by task-id key), answered beside ours.
@@ -147,6 +149,12 @@ class SciWorldSpec(EnvSpec):
     def reward(self, outcome: Outcome) -> float:
         return reward.reward(outcome)
 
+    def reward_cases(self) -> list[tuple[str, Outcome, list[str | None], str]]:
+        return reward.reward_cases()
+
+    def paper_reward(self, outcome: Outcome, actions: Sequence[str | None]) -> float:
+        return reward.paper_reward(outcome.score, [a for a in actions if a is not None])
+
     # --- real env -------------------------------------------------------------------------------------
 
     def open_session(self, config: SciWorldSessionConfig | None = None) -> EnvSession:
@@ -166,6 +174,11 @@ class SciWorldSpec(EnvSpec):
         if score <= reward.WRONG_FOCUS_SCORE:
             return "wrong_focus"
         return "env_done"  # the step limit, or a task the env completed below 100
+
+    def end_outcome(self, score: float, previous_score: float) -> Outcome:
+        if self.end_reason(score) == "wrong_focus":
+            return reward.wrong_focus(previous_score)
+        return super().end_outcome(score, previous_score)
 
     def real_start(self, start: TaskStart, reset: ResetResult) -> tuple[list[dict[str, str]], bool]:
         """Mendelian-genetics tasks are random across loads: when the real reset differs from the row's baked

@@ -1,0 +1,22 @@
+"""python -m textwm.rl.rewards: the reward per outcome as GRPO computes it, for each rule an env defines."""
+
+import json
+
+from textwm.rl.rewards import main
+
+
+def test_sciworld_rewards_per_outcome_under_both_rules(capsys):
+    assert main(["--env", "sciworld", "--json"]) == 0
+    ours = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert ours["success"] == 1.0 and ours["partial"] == 0.5 and ours["nothing"] == 0.0
+    assert ours["wrong focus after progress"] == ours["partial"] > ours["wrong focus at once"] >= ours["loop"]
+    assert main(["--env", "sciworld", "--reward", "paper", "--json"]) == 0
+    paper = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert paper["wrong focus after progress"] == -0.2 < paper["nothing"] == 0.0       # the paper's: don't try
+    assert main(["--env", "sciworld"]) == 0
+    assert "| wrong focus after progress | wrong_focus | -100 | 2 | +0.500 |" in capsys.readouterr().out
+
+
+def test_an_env_without_written_cases_says_so(capsys):
+    assert main(["--env", "appworld", "--reward", "paper"]) == 2
+    assert "not written for appworld" in capsys.readouterr().err
