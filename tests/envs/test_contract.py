@@ -299,7 +299,9 @@ def test_swift_scheduler_plays_real_rollouts_in_the_env_server(case, monkeypatch
         real = scheduler.driver.real
         assert gold["end_reason"] == "success" and set(gold["sources"]) == {"real"} and not gold["wm_error"]
         assert case.spec.is_success(gold["outcome"]["score"])
-        assert loop["done"] and loop["end_reason"] not in ("success", "env_error") and set(loop["sources"]) == {"real"}
+        # The looping replies end the episode by the trajectory's rules ("look" is no action in some envs: feedback).
+        assert loop["done"] and loop["end_reason"] not in ("success", "env_error")
+        assert set(loop["sources"]) <= {"real", "feedback"}
         assert real.stats()["live"] == 0 and real.stats()["errors"] == 0     # both sessions given back
         reward = make_reward_class(case.spec)()
         values = reward(["x", "y"], rollout_infos=[gold, loop])

@@ -62,4 +62,6 @@ def wm_stack(wm_rows: Sequence[dict], work: Path) -> Iterator[str]:
 #: Knobs of a two-step CPU GRPO run of a tiny agent (2 generations x 3 turns).
 TINY_GRPO = {"MODEL_TYPE": "qwen3", "TEMPLATE": "qwen3", "WM_MAX_TOKENS": "16", "WM_MAX_RETRIES": "1",
              "NUM_GENERATIONS": "2", "PER_DEVICE_TRAIN_BATCH_SIZE": "2", "GRAD_ACCUM_STEPS": "1", "MAX_TURNS": "3",
-             "MAX_COMPLETION_LENGTH": "16", "MAX_LENGTH": "4096", "SAVE_STEPS": "100"}
+             "MAX_COMPLETION_LENGTH": "16", "MAX_LENGTH": "4096", "SAVE_STEPS": "100",
+             # One generation round a step, so the tests know how many episodes a step plays.
+             "DYNAMIC_SAMPLE": "false"}

@@ -82,6 +82,37 @@ def test_grpo_two_steps_inside_the_world_model(sciworld_data, tiny_agent, wm_sta
 
 
 @pytest.mark.slow
+def test_grpo_with_real_rollouts_and_dynamic_sampling(sciworld_data, tiny_agent, tmp_path):
+    """ROLLOUT_ENV=real through swift: every action stepped in a real env server (JVMs), the reward from the real
+    trajectory, groups without reward spread regenerated (one round at most here) and counted per batch."""
+    pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")
+    from tests.loopback import serving
+    from textwm.envs import get_env
+    from textwm.envs.pool import PoolConfig
+    from textwm.envs.server import create_env_app
+
+    out = tmp_path / "grpo"
+    with serving(create_env_app(get_env("sciworld"), PoolConfig(workers=2, max_sessions_per_worker=4))) as url:
+        res = run_script("run_sciworld_qwen3_grpo.sh", "--max_steps", "1", env={
+            **stack.TINY_GRPO, "DYNAMIC_SAMPLE": "true", "MAX_RESAMPLE_TIMES": "1", "ROLLOUT_ENV": "real",
+            "REAL_ENV_URL": url, "MODEL_PATH": str(tiny_agent), "DATA": str(sciworld_data / "rl_train.jsonl"),
+            "OUTPUT_DIR": str(out)}, timeout=600)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    assert "rollouts in the real env at " + url in res.stdout + res.stderr
+    (run,) = out.glob("v*-*")
+    episodes = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    batches = [json.loads(x) for x in (run / "reward_batches.jsonl").read_text().splitlines()]
+    # One step of one task x 2 generations; a second round only when the first had no reward spread.
+    assert [b["groups"] for b in batches] == [1] * len(batches) and len(episodes) == 2 * len(batches) <= 4
+    assert len(batches) == 1 + batches[0]["zero_spread_groups"]
+    for x in episodes:
+        assert set(x["sources"]) <= {"real", "feedback"} and x["reward_source"] == "real env" and not x["wm_error"]
+        assert x["end_reason"] != "env_error"
+    recorded = json.loads((out / "textwm_grpo_config.json").read_text())
+    assert (recorded["rollout_env"], recorded["dynamic_sample"]) == ("real", True)
+
+
+@pytest.mark.slow
 def test_sft_one_step(sciworld_data, tiny_agent, tmp_path):
     pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")
     res = run_script("run_sciworld_qwen3_sft.sh", "--max_steps", "1", env={

@@ -17,6 +17,17 @@ def test_sciworld_rewards_per_outcome_under_both_rules(capsys):
     assert "| wrong focus after progress | wrong_focus | -100 | 2 | +0.500 |" in capsys.readouterr().out
 
 
+def test_alfworld_rewards_per_outcome_and_the_papers_format_factor(capsys):
+    assert main(["--env", "alfworld", "--json"]) == 0
+    ours = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert ours["success"] == 1.0 > ours["partial: another object placed"] > ours["partial: the target taken"] > 0
+    assert ours["wandering"] < ours["nothing"] == 0.0
+    assert main(["--env", "alfworld", "--reward", "paper", "--json"]) == 0
+    paper = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert paper["partial, prose before the action"] == round(0.7 * ours["partial, prose before the action"], 4)
+    assert {k: v for k, v in paper.items() if "prose" not in k} == {k: v for k, v in ours.items() if "prose" not in k}
+
+
 def test_an_env_without_written_cases_says_so(capsys):
     assert main(["--env", "appworld", "--reward", "paper"]) == 2
     assert "not written for appworld" in capsys.readouterr().err

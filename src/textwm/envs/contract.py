@@ -273,14 +273,16 @@ class EnvSpec:
         """Hook: the GRPO reward of an episode's outcome (default: its shaped reward if any, else the score)."""
         return float(outcome.score if outcome.reward is None else outcome.reward)
 
-    def reward_cases(self) -> list[tuple[str, Outcome, list[str | None], str]]:
+    def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
         """Hook: built episodes, one per kind of outcome (success, partial, nothing, failure, loop, unparseable):
-        ``(name, outcome, actions, why its reward leads to the task)``, for ``python -m textwm.rl.rewards``."""
+        ``(name, outcome, episode, why its reward leads to the task)``, ``episode`` as :meth:`paper_reward`
+        takes it; for ``python -m textwm.rl.rewards``."""
         raise NotImplementedError(f"{self.name}: no reward cases written for this env yet")
 
-    def paper_reward(self, outcome: Outcome, actions: Sequence[str | None]) -> float:
+    def paper_reward(self, outcome: Outcome, episode: Mapping[str, Any]) -> float:
         """Hook: the paper's GRPO reward of an episode (``reward: paper``), where the env defines one
-        (:attr:`has_paper_reward`); ``actions``: the agent's, None for an unparseable reply."""
+        (:attr:`has_paper_reward`). ``episode``: the rollout's infos (``actions``, None for an unparseable
+        reply; ``observations``; ``last_reply``, the agent's last reply as written)."""
         raise NotImplementedError(f"{self.name}: the paper's reward rule is not written for this env; use ours")
 
     def is_success(self, score: float) -> bool:

@@ -16,6 +16,7 @@ logged), never with a made-up observation.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -176,4 +177,6 @@ def real_rollouts_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = No
     raw = environ.get(REAL_SESSIONS_VAR, "").strip() or str(REAL_SESSIONS)
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"${REAL_SESSIONS_VAR}={raw!r}: give the most episodes in flight (>= 1)")
-    return RealEnvRollouts(spec, url, max_sessions=int(raw))
+    backend = RealEnvRollouts(spec, url, max_sessions=int(raw))
+    atexit.register(backend.close)       # the trainer's exit ends the sessions it still holds on the server
+    return backend

@@ -22,9 +22,10 @@ from textwm.envs.registry import env_names, get_env
 def reward_table(spec: EnvSpec, rule: str = "ours") -> list[dict[str, Any]]:
     """One row per built episode: its outcome, the reward under ``rule`` and why that reward leads to the task."""
     rows = []
-    for name, outcome, actions, why in spec.reward_cases():
-        value = spec.paper_reward(outcome, actions) if rule == "paper" else spec.reward(outcome)
-        rows.append({"outcome": name, "end_reason": outcome.reason, "score": outcome.score, "actions": len(actions),
+    for name, outcome, episode, why in spec.reward_cases():
+        value = spec.paper_reward(outcome, episode) if rule == "paper" else spec.reward(outcome)
+        rows.append({"outcome": name, "end_reason": outcome.reason, "score": outcome.score,
+                     "actions": len(episode.get("actions") or ()),
                      "reward": round(float(value), 4), "why": why})
     return rows
 

@@ -300,7 +300,8 @@ class EpisodeDriver:
                 "actions": list(t["actions"]), "observations": list(t["observations"]), "sources": list(t["sources"]),
                 "done": t["finished"], "end_reason": t["end_reason"], "outcome": dict(t["outcome"]),
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
-                "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {})}
+                "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {}),
+                "last_reply": t["replies"][-1] if t["replies"] else None}
 
 
 # --- trajectory log ------------------------------------------------------------------------------------
@@ -530,7 +531,7 @@ def make_reward_class(env: str | EnvSpec) -> type:
 
         def _rewarded(self, outcome: Outcome, info: Mapping[str, Any]) -> float:
             if self.rule == "paper":
-                return float(spec.paper_reward(outcome, info.get("actions") or []))
+                return float(spec.paper_reward(outcome, info))
             return float(spec.reward(outcome))
 
         def _report_replays(self, replays: list[ReplayResult | None]) -> None:

@@ -15,9 +15,9 @@ R." (placed), "You clean / heat / cool the O using the T.", "You turn on the T."
   destination class 0.25 (0.35 with the target transformed), else lamp on + target taken 0.25, else the
   target taken 0.03, else -0.05 after 10 or more actions — times 0.3 when the last reply was unparseable,
   times the penalty, at most 0.9. The penalty: x0.7 for 3 identical actions in a row, x0.6 for 4
-  "Nothing happens." in a row, x max(0.5, 1 - nothing_happens / actions). (The paper also multiplies by
-  0.7 when a reply has over 32 characters of prose before ``Action:``; the episode sees parsed actions
-  only, so that factor is not applied.)
+  "Nothing happens." in a row, x max(0.5, 1 - nothing_happens / actions). That is our reward and the
+  paper's, but for one factor: the paper also multiplies an unwon episode's reward by 0.7 when its last
+  reply has over 32 characters of prose before ``Action:`` (:func:`paper_reward`, ``reward: paper``).
 """
 
 from __future__ import annotations
@@ -149,3 +149,57 @@ def episode_outcome(goal: Goal, actions: Sequence[str | None], observations: Seq
     elif longest_run([(o or "").strip() == NOTHING for o in seen[-NOTHING_STREAK_LIMIT:]]) >= NOTHING_STREAK_LIMIT:
         reason = "stuck"
     return Outcome(reason is not None, reason, credit, reward=reward)
+
+
+#: The paper's format factor: prose longer than this before the ``Action:`` line of the last reply costs x0.7.
+PROSE_LIMIT = 32
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_ACTION_LINE = re.compile(r"^\s*Action\s*:", re.IGNORECASE | re.MULTILINE)
+
+
+def prose_before_action(reply: str | None) -> bool:
+    """The reply (think blocks dropped) has an ``Action:`` line with over :data:`PROSE_LIMIT` characters before it."""
+    text = _THINK.sub("", reply or "").strip()
+    m = _ACTION_LINE.search(text)
+    return bool(m) and len(text[:m.start()].strip()) > PROSE_LIMIT
+
+
+def paper_reward(outcome: Outcome, last_reply: str | None) -> float:
+    """The paper's ALFWorld reward (``alfworld/alfworld_plugin.py``, ``AlfworldReward``): ours (the outcome's
+    shaped reward), times 0.7 for an unwon episode whose last reply has prose before its action."""
+    value = outcome.score if outcome.reward is None else outcome.reward
+    if outcome.reason != "success" and prose_before_action(last_reply):
+        value *= 0.7
+    return min(value, 0.9) if outcome.reason != "success" else value
+
+
+def reward_cases() -> list[tuple[str, Outcome, dict, str]]:
+    """Built episodes of "put some mug in cabinet", one per outcome (:meth:`EnvSpec.reward_cases`)."""
+    goal = Goal(task_type="pick_and_place_simple", text="put some mug in cabinet", target="mug", destination="cabinet")
+    arrive = ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a cup 1, and a mug 1.")
+    take = ("take mug 1 from countertop 1", "You pick up the mug 1 from the countertop 1.")
+    take_cup = ("take cup 1 from countertop 1", "You pick up the cup 1 from the countertop 1.")
+    to_cabinet = ("go to cabinet 1", "You arrive at cabinet 1. The cabinet 1 is open. In it, you see nothing.")
+    look = ("look", "You are in the middle of a room. Looking quickly around you, you see a cabinet 1.")
+
+    def case(name: str, steps: list[tuple[str | None, str | None]], why: str, last_reply: str | None = None):
+        actions, observations = [a for a, _ in steps], [o for _, o in steps]
+        last = last_reply if last_reply is not None else (f"Action: {actions[-1]}" if actions[-1] else "Hmm.")
+        episode = {"actions": actions, "observations": observations, "last_reply": last}
+        return name, episode_outcome(goal, actions, observations), episode, why
+
+    rooms = [(f"go to drawer {i}", f"You arrive at drawer {i}. The drawer {i} is closed.") for i in range(1, 11)]
+    return [
+        case("success", [arrive, take, to_cabinet, ("move mug 1 to cabinet 1", "You move the mug 1 to the cabinet 1.")],
+             "the most there is"),
+        case("partial: another object placed", [arrive, take_cup, to_cabinet,
+                                                ("move cup 1 to cabinet 1", "You move the cup 1 to the cabinet 1.")],
+             "the right destination, short of the goal"),
+        case("partial: the target taken", [arrive, take], "a first step of the task"),
+        case("partial, prose before the action", [arrive, take], "the paper's format factor (x0.7)",
+             last_reply="I can see the mug, so the next thing to do is pick it up.\nAction: take mug 1 from countertop 1"),
+        case("nothing", [look], "no progress, no penalty"),
+        case("wandering", rooms, "10 actions without progress: -0.05"),
+        case("loop", [look] * 3, "ends the episode with nothing"),
+        case("unparseable", [(None, None)], "ends the episode (the paper's rule: one unparseable reply)"),
+    ]

@@ -26,7 +26,7 @@ from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
 from textwm.envs.alfworld.rows import sim_task_of, task_id_from_game_file
 from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import AlfWorldEpisode
-from textwm.envs.contract import EnvSpec, TaskStart
+from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession, ResetResult
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class AlfWorldSpec(EnvSpec):
     agent_system_prompt = agent.AGENT_SYSTEM_PROMPT
     default_max_turns = agent.DEFAULT_MAX_TURNS
     success_score = reward.SUCCESS_SCORE
+    has_paper_reward = True
     session_config = AlfWorldSessionConfig
     #: The paper's env-server wire form (``/reset``, ``/step``, ``/close`` by task-id key), answered beside ours.
     paper_form = AlfWorldPaperForm()
@@ -101,6 +102,12 @@ class AlfWorldSpec(EnvSpec):
     def expert_reply(self, info: Mapping[str, Any]) -> str | None:
         action = info.get("expert_action")
         return agent.format_reply(action) if action else None
+
+    def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
+        return reward.reward_cases()
+
+    def paper_reward(self, outcome: Outcome, episode: Mapping[str, Any]) -> float:
+        return reward.paper_reward(outcome, episode.get("last_reply"))
 
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
         return AlfWorldEpisode.start(start.sim_task)

@@ -244,16 +244,17 @@ def paper_reward(score: float, actions: list[str]) -> float:
     return max(-0.2, min(1.0, value))
 
 
-def reward_cases() -> list[tuple[str, Outcome, list[str | None], str]]:
+def reward_cases() -> list[tuple[str, Outcome, dict[str, Any], str]]:
     """Built episodes of a lifespan task (outdoors is credited 50, the right focus 100), one per outcome:
-    ``(outcome, its Outcome, the actions, why its reward leads to the task)``."""
+    ``(outcome, its Outcome, the episode's actions and observations, why its reward leads to the task)``."""
     goals = Goals(milestones=(("you are in the outside", 50.0, 1), ("you focus on the elephant.", 100.0, 1)),
                   focus_targets=frozenset({"elephant"}))
     out, kitchen = ("go to outside", "You move to the outside."), "This room is called the kitchen."
 
     def case(name: str, steps: list[tuple[str | None, str | None]], why: str):
-        actions = [a for a, _ in steps]
-        return name, episode_outcome(actions, [o for a, o in steps if a is not None], goals), actions, why
+        actions, observations = [a for a, _ in steps], [o for a, o in steps if a is not None]
+        episode = {"actions": actions, "observations": [o for _, o in steps]}
+        return name, episode_outcome(actions, observations, goals), episode, why
 
     return [
         case("success", [out, ("focus on elephant", "You focus on the elephant.")], "the most there is"),

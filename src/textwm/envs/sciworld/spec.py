@@ -28,7 +28,7 @@ server: each episode's actions are replayed there and the real score is rewarded
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from textwm.data.jsonl import DataError
@@ -149,11 +149,11 @@ class SciWorldSpec(EnvSpec):
     def reward(self, outcome: Outcome) -> float:
         return reward.reward(outcome)
 
-    def reward_cases(self) -> list[tuple[str, Outcome, list[str | None], str]]:
+    def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
         return reward.reward_cases()
 
-    def paper_reward(self, outcome: Outcome, actions: Sequence[str | None]) -> float:
-        return reward.paper_reward(outcome.score, [a for a in actions if a is not None])
+    def paper_reward(self, outcome: Outcome, episode: Mapping[str, Any]) -> float:
+        return reward.paper_reward(outcome.score, [a for a in episode.get("actions") or () if a is not None])
 
     # --- real env -------------------------------------------------------------------------------------
 
