@@ -28,3 +28,18 @@ def test_the_agent_verdict_says_what_sft_and_grpo_did():
                                                                         [0.0])[0]
     assert "(up;" in agent_verdict({"agent_init": real(0), "agent_grpo": real(1)}, [0.0])[0]
     assert agent_verdict({}, []) == []
+
+
+def test_the_agent_verdict_gives_the_paired_test_on_the_same_tasks():
+    from textwm.demo_report import agent_verdict
+    from textwm.eval.paired import compare
+
+    before = [{"episode_id": f"t{i}", "success": i < 2} for i in range(20)]
+    after = [{"episode_id": f"t{i}", "success": 1 <= i < 5} for i in range(20)]
+    paired = compare(before, after, resamples=500).to_dict()
+    agent = {"agent_sft": {"real": {"episodes": 20, "successes": 2, "success_ci95": [0.03, 0.3]}},
+             "agent_grpo": {"real": {"episodes": 20, "successes": 4, "success_ci95": [0.08, 0.42]},
+                            "paired_with_before": paired}}
+    (line, _) = agent_verdict(agent, [0.1, 0.2])
+    assert "Pair by pair on the same tasks: difference +0.100" in line
+    assert "3 tasks won only after and 1 only before, exact McNemar p = 0.625." in line

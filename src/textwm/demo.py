@@ -337,6 +337,12 @@ class Demo:
                                      max_turns=c.agent_turns, workers=c.workers, device="cpu",
                                      wm_endpoint=endpoint, wm_max_tokens=c.gen_length, **agent))
                 results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}
+        # The same held-out tasks before and after GRPO: compared pair by pair (exact McNemar, bootstrap).
+        from textwm.eval.paired import compare, load_episodes
+
+        paired = compare(load_episodes(self.path("agent_eval", before)), load_episodes(self.path("agent_eval",
+                                                                                                "agent_grpo")))
+        results["agent_grpo"]["paired_with_before"] = paired.to_dict()
         return results
 
     # --- 6. report -----------------------------------------------------------------------------------

@@ -62,9 +62,14 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float], agent_ini
              "as its start, before any training" if agent_init else "as a random agent (no SFT)")
     change = ("no change" if before["successes"] == after["successes"] else
               "up" if after["successes"] > before["successes"] else "down")
+    paired = (agent.get("agent_grpo") or {}).get("paired_with_before")
+    test = ("" if not paired else
+            f" Pair by pair on the same tasks: difference {paired['difference']:+.3f}, 95% bootstrap interval "
+            f"{fmt_ci(paired['difference_ci95'])}, {paired['only_after']} tasks won only after and "
+            f"{paired['only_before']} only before, exact McNemar p = {paired['p_value']:.3g}.")
     return [f"**The agent in the real env:** {said(before)} {start}, then {said(after)} after "
             f"{len(reward_per_step)} GRPO steps inside the world model ({change}; a handful of steps on a few tasks "
-            "moves an agent little).", ""]
+            f"moves an agent little).{test}", ""]
 
 
 def render(config: Any, records: dict[str, Any], out: Path) -> str:
