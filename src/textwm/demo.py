@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from textwm.data.jsonl import atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
 from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
 
@@ -340,9 +340,13 @@ class Demo:
         # The same held-out tasks before and after GRPO: compared pair by pair (exact McNemar, bootstrap).
         from textwm.eval.paired import compare, load_episodes
 
-        paired = compare(load_episodes(self.path("agent_eval", before)), load_episodes(self.path("agent_eval",
-                                                                                                "agent_grpo")))
-        results["agent_grpo"]["paired_with_before"] = paired.to_dict()
+        try:
+            paired = compare(load_episodes(self.path("agent_eval", before)),
+                             load_episodes(self.path("agent_eval", "agent_grpo"))).to_dict()
+        except (DataError, ValueError) as exc:       # recorded and shown; the evaluations above stand
+            log.warning("agent_eval: no paired comparison of %s and agent_grpo: %s", before, exc)
+            paired = {"error": str(exc)}
+        results["agent_grpo"]["paired_with_before"] = paired
         return results
 
     # --- 6. report -----------------------------------------------------------------------------------

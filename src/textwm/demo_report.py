@@ -63,7 +63,7 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float], agent_ini
     change = ("no change" if before["successes"] == after["successes"] else
               "up" if after["successes"] > before["successes"] else "down")
     paired = (agent.get("agent_grpo") or {}).get("paired_with_before")
-    test = ("" if not paired else
+    test = ("" if not paired else f" No paired comparison: {paired['error']}." if "error" in paired else
             f" Pair by pair on the same tasks: difference {paired['difference']:+.3f}, 95% bootstrap interval "
             f"{fmt_ci(paired['difference_ci95'])}, {paired['only_after']} tasks won only after and "
             f"{paired['only_before']} only before, exact McNemar p = {paired['p_value']:.3g}.")

@@ -30,6 +30,8 @@ def test_compare_pairs_by_episode_and_counts_the_discordant_pairs():
     assert result.p_value == pytest.approx(2 / 2**30) and result.p_value < 0.05
     assert result.ci95_before[0] < 0.3 < result.ci95_before[1]
     assert "exact McNemar p" in result.markdown()
+    broken = [{**r, "reason": "env_error"} if r["episode_id"] == "boil_v1" else r for r in after]
+    assert compare(before, broken, resamples=200).failed_pairs == 1
     same = compare(before, before, resamples=500)
     assert same.p_value == 1.0 and same.difference == 0.0 and same.difference_ci95 == [0.0, 0.0]
 

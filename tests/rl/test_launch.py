@@ -68,6 +68,9 @@ def test_real_rollouts_are_a_checked_switch_that_reaches_the_scheduler(tmp_path,
                       real_env_url="http://127.0.0.1:30003")
     env = real.environ()
     assert (env["TEXTWM_ROLLOUT_ENV"], env["TEXTWM_REAL_ENV_URL"]) == ("real", "http://127.0.0.1:30003")
+    assert int(env["TEXTWM_REAL_SESSIONS"]) >= 64
+    monkeypatch.setenv("SCIWORLD_ENV_URL", "http://replay:1")     # a replay switch left in the shell: not applied
+    assert real.resolved().env_url == "" and "SCIWORLD_ENV_URL" not in real.environ()
     assert real_rollouts_from_env(get_env("sciworld"), env).url == "http://127.0.0.1:30003"
     assert real_rollouts_from_env(get_env("sciworld"), wm.environ()) is None
     with pytest.raises(ConfigError, match="--real-env-url"):

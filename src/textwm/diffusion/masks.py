@@ -4,8 +4,8 @@ A rule is a ``mask_mod(b, h, q_idx, kv_idx) -> bool`` over tensors, the signatur
 flex attention. The same function builds both backends: flex calls it per (b, h, q, kv); the
 dense path calls it once with broadcast index grids. True = query ``q`` may attend to key ``kv``.
 
-Dense masks cost B·Q·K bytes (an SDAR row of 20k tokens is doubled to 40k: ~1.6 GB), so they
-are for CPU runs and tests; GPU training uses flex attention, whose block mask is sparse.
+Dense masks cost B·Q·K bytes (an SDAR row of 20k tokens with its whole noisy copy, 40k: ~1.6 GB), so
+they are for CPU runs and tests; GPU training uses flex attention, whose block mask is sparse.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import DataError, read_jsonl
+from textwm.envs.episode import FAILURE_REASONS
 from textwm.eval.episodes import fmt_ci, wilson_interval
 
 #: Bootstrap resamples of the pairs for the difference's interval.
@@ -74,6 +75,8 @@ class PairedSuccess:
     difference: float
     difference_ci95: list[float]
     p_value: float
+    #: Pairs where either episode ended in a failure (agent, env or WM error): counted as unsuccessful, shown here.
+    failed_pairs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,7 +90,9 @@ class PairedSuccess:
             "",
             f"Difference ({after} - {before}): {self.difference:+.3f}, 95% bootstrap interval "
             f"{fmt_ci(self.difference_ci95)}; discordant pairs: {self.only_after} succeed only {after}, "
-            f"{self.only_before} only {before}; exact McNemar p = {self.p_value:.4g}."])
+            f"{self.only_before} only {before}; exact McNemar p = {self.p_value:.4g}."
+            + (f" {self.failed_pairs} pairs had an episode ended by a failure (counted as unsuccessful)."
+               if self.failed_pairs else "")])
 
 
 def compare(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], *, resamples: int = RESAMPLES,
@@ -98,6 +103,7 @@ def compare(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], *
         ValueError: an episode id in one run only, twice in one run, or no episodes.
     """
     a, b = _by_id(before, "before"), _by_id(after, "after")
+    failed = {str(r["episode_id"]) for r in (*before, *after) if r.get("reason") in FAILURE_REASONS}
     if a.keys() != b.keys():
         only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
         raise ValueError(f"the runs did not play the same episodes: {len(only_a)} only before (e.g. {only_a[:3]}), "
@@ -116,7 +122,7 @@ def compare(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], *
                          rate_after=k1 / n, ci95_before=wilson_interval(k0, n), ci95_after=wilson_interval(k1, n),
                          difference=round((k1 - k0) / n, 4),
                          difference_ci95=bootstrap_difference(x, y, resamples=resamples, seed=seed),
-                         p_value=mcnemar_exact(only_before, only_after))
+                         p_value=mcnemar_exact(only_before, only_after), failed_pairs=len(failed))
 
 
 def _by_id(records: Sequence[dict[str, Any]], name: str) -> dict[str, bool]:

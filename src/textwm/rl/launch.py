@@ -34,7 +34,7 @@ from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import DataError
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
-from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, ROLLOUT_ENV_VAR
+from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, REAL_SESSIONS, REAL_SESSIONS_VAR, ROLLOUT_ENV_VAR
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class GRPOConfig:
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
     reward: str = _knob("ours", "the reward rule: ours (the env's reward of the outcome; python -m textwm.rl.rewards "
-                                "prints it) or paper (the paper's plugin's rule, where written)", "REWARD",
+                                "prints it) or paper (the paper's plugin's rule, where written)", "REWARD_RULE",
                         choices=("ours", "paper"))
     rollout_env: str = _knob("wm", "where rollouts are played: wm (the simulator: local responder, then the world "
                                   "model) or real (every action in the env server at --real-env-url)", "ROLLOUT_ENV",
@@ -232,7 +232,9 @@ class GRPOConfig:
             report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "tensorboard"),
             grad_accum_steps=self._grad_accum_steps(),
             wm_guard=self.wm_guard or os.environ.get(get_env(self.env).guard_env, "").strip() or "1",
-            env_url=self.env_url or (os.environ.get(switch, "").strip() if switch else ""),
+            # Real rollouts reward the real trajectory already: a replay switch left in the shell does not apply.
+            env_url="" if self.rollout_env == "real" else
+            self.env_url or (os.environ.get(switch, "").strip() if switch else ""),
             swift=self.swift or default_swift())
 
     def _grad_accum_steps(self) -> int:
@@ -300,12 +302,15 @@ class GRPOConfig:
         for name, value in (("WM_TOP_P", c.wm_top_p), ("WM_DIFFUSION_STEPS", c.wm_diffusion_steps)):
             env.pop(name, None)          # exactly the config's: an inherited value would not be recorded
             if value is not None:
-                env[name] = f"{value:g}"
+                env[name] = str(value)
         env["TEXTWM_REWARD"] = c.reward
         env.pop(REAL_ENV_URL_VAR, None)
         env[ROLLOUT_ENV_VAR] = c.rollout_env
         if c.rollout_env == "real":
             env[REAL_ENV_URL_VAR] = c.real_env_url
+            # Every episode of a generation round is in flight at once (swift plays them in lock-step).
+            per_process = c.per_device_train_batch_size * c.grad_accum_steps
+            env[REAL_SESSIONS_VAR] = str(max(REAL_SESSIONS, 2 * per_process, int(os.environ.get(REAL_SESSIONS_VAR) or 0)))
         if spec.replay_url_env:  # the reward's switch: exactly the config's (empty: off)
             env.pop(spec.replay_url_env, None)
             if c.env_url:

@@ -6,8 +6,10 @@ path (rows, scheduler, reward, advantages, optimiser): if an agent does not impr
 the world model. Selected per run (``TEXTWM_ROLLOUT_ENV=real`` with ``TEXTWM_REAL_ENV_URL`` naming an env server,
 ``python <env>/<env>_env_server.py``; the launcher's ``--rollout-env real --real-env-url URL``).
 
-Each live episode holds one server session, opened and reset to its task on its first action and given back
-when the episode ends (kept for the next episode's reset, up to ``max_sessions`` idle). The episode's own
+Each live episode holds one server session, opened and reset to its task when the episode starts (the agent's
+first message is rebuilt from the real reset where the env says so, :meth:`EnvSpec.real_start`) and given back
+when the episode ends (kept for the next episode's reset); at most ``max_sessions`` are held. A session lost
+mid-episode fails the episode; it is never reset behind the agent's back. The episode's own
 simulated state still records every step, so the trajectory's rules that are not the task's (loops, streaks,
 the turn limit) end a real episode exactly as a simulated one; score, success and the env's own end (a wrong
 focus, its step limit) are the real env's. A failed request ends the episode as ``env_error`` (counted and
@@ -21,15 +23,15 @@ import logging
 import os
 import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from textwm.clients.retry import RetryPolicy
 from textwm.envs.client import EnvClient
 from textwm.envs.contract import EnvSpec, Outcome, SimEpisode
 from textwm.envs.episode import Step
-from textwm.envs.protocol import EnvError
+from textwm.envs.protocol import EnvError, ResetResult
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ TASK_REASONS = frozenset({"success", "wrong_focus", "env_done"})
 
 
 class RealEnvRollouts:
-    """Steps episodes (by key) in the env server at ``url``; thread-safe; bounded (``max_sessions`` live)."""
+    """Steps episodes (by key) in the env server at ``url``; thread-safe; at most ``max_sessions`` sessions held,
+    live and idle together."""
 
     def __init__(self, spec: EnvSpec, url: str, *, max_sessions: int = REAL_SESSIONS, timeout_s: float = 120.0,
                  retry: RetryPolicy = RetryPolicy(), api_key: str | None = None):
@@ -58,44 +61,75 @@ class RealEnvRollouts:
             raise ValueError(f"{REAL_SESSIONS_VAR}={max_sessions}: use 1 or more")
         self.spec, self.url, self.max_sessions = spec, url.rstrip("/"), max_sessions
         self._client_args = {"timeout_s": timeout_s, "retry": retry, "api_key": api_key}
-        self._live: OrderedDict[str, EnvClient] = OrderedDict()     # episode key -> its session, oldest first
+        self._live: dict[str, EnvClient | None] = {}             # episode key -> its session (None: resetting)
         self._idle: queue.SimpleQueue[EnvClient] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self.steps = self.errors = self.evicted = 0
+        self.steps = self.errors = 0
 
-    def step(self, key: str, episode: SimEpisode, action: str, *, task_id: str,
-             reset_options: Mapping[str, Any], previous_score: float = 0.0) -> Step:
-        """``action`` in the episode ``key``'s session (opened and reset to ``task_id`` on first use);
-        ``previous_score``: the real score before it (what a wrong focus keeps, :meth:`EnvSpec.end_outcome`)."""
+    def start(self, key: str, task_id: str, reset_options: Mapping[str, Any]) -> ResetResult:
+        """Open (or reuse) a session for the episode ``key`` and reset it to ``task_id``. Raises EnvError: the
+        server failed, or as many episodes as ``max_sessions`` are in flight already."""
+        with self._lock:
+            if key in self._live:
+                raise EnvError(f"episode {key} started twice")
+            if len(self._live) >= self.max_sessions:
+                raise EnvError(f"{len(self._live)} real-env episodes in flight, the most {REAL_SESSIONS_VAR} allows; "
+                               "raise it to the episodes a generation round plays on this process")
+            self._live[key] = None                            # reserved while the reset runs
         try:
-            client = self._session(key, task_id, reset_options)
+            client = self._idle.get_nowait()
+        except queue.Empty:
+            client = EnvClient(self.url, **self._client_args)
+        try:
+            reset = client.reset(task_id, **dict(reset_options))
+        except EnvError:
+            with self._lock:
+                self._live.pop(key, None)
+            self._close(client)
+            self._count(error=True)
+            raise
+        with self._lock:
+            self._live[key] = client
+        return reset
+
+    def step(self, key: str, episode: SimEpisode, action: str, *, previous_score: float = 0.0) -> Step:
+        """``action`` in the episode ``key``'s session (:meth:`start` first); ``previous_score``: the real score
+        before it (what a wrong focus keeps, :meth:`EnvSpec.end_outcome`). A lost session is a failed step: the
+        episode is never reset behind the agent's back."""
+        with self._lock:
+            client = self._live.get(key)
+        try:
+            if client is None:
+                raise EnvError(f"episode {key} has no session (never started, or its session was lost)")
             result = client.step(action)
         except EnvError as exc:
             self._count(error=True)
             self.end(key, healthy=False)
-            log.warning("%s real rollout: task %s, action %r: %s", self.spec.name, task_id, action, exc)
-            return Step(None, episode.outcome(), error=f"{type(exc).__name__}: {exc}", failure="env_error")
+            log.warning("%s real rollout: action %r: %s", self.spec.name, action, exc)
+            return Step(None, Outcome(False, None, previous_score), error=f"{type(exc).__name__}: {exc}",
+                        failure="env_error")
         self._count(error=False)
         episode.observe(action, result.observation, REAL)
         score = float(result.score)
         outcome = self.spec.end_outcome(score, previous_score) if result.done else trajectory_rules(episode, score)
-        return Step(result.observation, outcome, source=REAL,
+        return Step(result.observation, shaped(outcome, episode.outcome()), source=REAL,
                     message=self.spec.agent_message(result.observation, result.info), info=dict(result.info))
 
     def end(self, key: str, *, healthy: bool = True) -> None:
         """The episode is over: its session is kept for another episode (or closed when it failed)."""
         with self._lock:
             client = self._live.pop(key, None)
+            keep = healthy and client is not None and self._idle.qsize() + len(self._live) < self.max_sessions
         if client is None:
             return
-        if healthy and self._idle.qsize() < self.max_sessions:
+        if keep:
             self._idle.put(client)
         else:
             self._close(client)
 
     def close(self) -> None:
         with self._lock:
-            clients = list(self._live.values())
+            clients = [c for c in self._live.values() if c is not None]
             self._live.clear()
         while not self._idle.empty():
             clients.append(self._idle.get_nowait())
@@ -103,37 +137,7 @@ class RealEnvRollouts:
             self._close(client)
 
     def stats(self) -> dict[str, int]:
-        return {"steps": self.steps, "errors": self.errors, "live": len(self._live), "evicted": self.evicted}
-
-    def _session(self, key: str, task_id: str, reset_options: Mapping[str, Any]) -> EnvClient:
-        with self._lock:
-            client = self._live.get(key)
-            if client is not None:
-                self._live.move_to_end(key)
-                return client
-            evicted = None
-            if len(self._live) >= self.max_sessions:
-                # An episode the trainer dropped without finishing it (its turn budget ran out inside swift):
-                # the oldest session goes, so sessions stay bounded.
-                _, evicted = self._live.popitem(last=False)
-                self.evicted += 1
-        if evicted is not None:
-            log.warning("%s real rollouts: %d sessions live, the oldest closed (%d so far); raise %s if the "
-                        "trainer keeps more episodes in flight", self.spec.name, self.max_sessions, self.evicted,
-                        REAL_SESSIONS_VAR)
-            self._close(evicted)
-        try:
-            client = self._idle.get_nowait()
-        except queue.Empty:
-            client = EnvClient(self.url, **self._client_args)
-        try:
-            client.reset(task_id, **dict(reset_options))
-        except EnvError:
-            self._close(client)
-            raise
-        with self._lock:
-            self._live[key] = client
-        return client
+        return {"steps": self.steps, "errors": self.errors, "live": len(self._live), "idle": self._idle.qsize()}
 
     def _close(self, client: EnvClient) -> None:
         try:
@@ -145,6 +149,14 @@ class RealEnvRollouts:
         with self._lock:
             self.steps += 1
             self.errors += int(error)
+
+
+def shaped(real: Outcome, own: Outcome) -> Outcome:
+    """The real outcome with the reward the env shapes from the trajectory (ALFWorld's partial credit and
+    penalties, read from the real observations), where the real env gives none and both agree on success."""
+    if real.reward is None and own.reward is not None and (real.reason == "success") == (own.reason == "success"):
+        return replace(real, reward=own.reward)
+    return real
 
 
 def trajectory_rules(episode: SimEpisode, score: float) -> Outcome:

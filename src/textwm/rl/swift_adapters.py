@@ -67,7 +67,8 @@ from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
 from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome
-from textwm.envs.episode import Trajectory, TurnRules
+from textwm.envs.episode import Step, Trajectory, TurnRules
+from textwm.envs.protocol import EnvError
 from textwm.envs.registry import get_env
 from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
@@ -250,8 +251,23 @@ class EpisodeDriver:
         episode = self.spec.start_episode(start)
         limits = [n for n in (self.max_turns, start.max_turns) if n]
         trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
-        return {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
-                "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex}
+        state = {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
+                 "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex}
+        if self.real is not None:
+            self._start_real(state, start)
+        return state
+
+    def _start_real(self, state: dict[str, Any], start: Any) -> None:
+        """Reset the episode's real session; the agent's first message rebuilt from the reset where the env says
+        so (``state["messages"]``). A failed reset is kept (``state["real_error"]``): the first turn fails on it."""
+        try:
+            reset = self.real.start(state["key"], start.task_id, start.reset_options)
+        except EnvError as exc:
+            state["real_error"] = f"{type(exc).__name__}: {exc}"
+            return
+        messages, rebuilt = self.spec.real_start(start, reset)
+        if rebuilt:
+            state["messages"] = messages
 
     def turn(self, state: dict[str, Any], reply: str) -> TurnResult:
         """Advance ``state`` (in place) by one agent reply."""
@@ -263,9 +279,10 @@ class EpisodeDriver:
             outcome = episode.outcome() if self.real is None else trajectory_rules(episode, trajectory.outcome.score)
             trajectory.skipped(self.rules, outcome)
             self.counters.add(unparseable=1)
+        elif self.real is not None and state.get("real_error"):
+            trajectory.stepped(action, Step(None, trajectory.outcome, error=state["real_error"], failure="env_error"))
         elif self.real is not None:
-            trajectory.stepped(action, self.real.step(state["key"], episode, action, task_id=trajectory.task_id,
-                                                      reset_options=state.get("reset_options") or {},
+            trajectory.stepped(action, self.real.step(state["key"], episode, action,
                                                       previous_score=trajectory.outcome.score))
         else:
             trajectory.stepped(action, self.simulator.step(episode, action))
@@ -367,7 +384,7 @@ def batch_record(step: Any, records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """A rewarded batch: episodes, groups (by ``prompt_id``), groups whose rewards are all equal, mean reward."""
     groups: dict[Any, list[float]] = {}
     for i, r in enumerate(records):
-        groups.setdefault(r.get("prompt_id") if r.get("prompt_id") is not None else i, []).append(r["reward"])
+        groups.setdefault(r.get("prompt_id") or f"#{i}", []).append(r["reward"])     # no id: its own group
     flat = sum(1 for rewards in groups.values() if len(rewards) > 1 and max(rewards) == min(rewards))
     rewards = [r["reward"] for r in records]
     return {"time": round(time.time(), 3), "step": step, "episodes": len(records), "groups": len(groups),
@@ -438,7 +455,9 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
 
         async def on_trajectory_start(self, requests: list[Any]) -> None:
             for request in requests:  # fail before any generation if a row cannot start
-                await asyncio.to_thread(self.episode_state, request)  # may bake a start state (seconds)
+                state = await asyncio.to_thread(self.episode_state, request)  # may bake a start state (seconds)
+                if state.get("messages"):      # a real reset the row's baked start does not describe
+                    request.messages[:] = [dict(m) for m in state.pop("messages")]
 
         async def on_turn_end(self, infer_request: Any, response_choice: Any, current_turn: int) -> dict[str, Any]:
             state = self.episode_state(infer_request)

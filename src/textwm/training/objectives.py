@@ -97,6 +97,8 @@ class Objective(ABC):
     name: str
     #: Samples are padded to a multiple of this (None: no padding).
     block_size: int | None = None
+    #: Diffusion objectives: compute only the noisy blocks that hold a mask (:meth:`noisy_part`).
+    trim_noisy_copy: bool = True
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, loss_impl: str = "logits"):
         if loss_impl not in LOSS_IMPLS:
