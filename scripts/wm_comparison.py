@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"pretrained regime: SDAR's greedy passes (default: {' '.join(map(str, defaults.sdar_denoising_steps))})")
     p.add_argument("--temperatures", nargs="+", type=float,
                    help=f"pretrained regime: the best epoch's sampling (default: {' '.join(map(str, defaults.temperatures))})")
-    p.add_argument("--grpo-families", nargs="+", choices=FAMILIES, help="Stage 2's world models (default: ar sdar)")
+    p.add_argument("--grpo-families", nargs="+", choices=(*FAMILIES, "real"),
+                   help="Stage 2's world models, and real: GRPO in the real env, the upper reference (default: ar sdar)")
     p.add_argument("--agent-tasks", nargs="*", metavar="TYPE",
                    help="Stage 2's task types (its agent's demos, GRPO tasks and real-env rows); none: every type "
                         "(default: the env's small-agent types, ScienceWorld: lifespan-longest-lived "

@@ -99,13 +99,15 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
 
     out = tmp_path / "wmc"
     # The GPU part (train, decode, Stage 2), then the scoring and report where the world models are not.
-    gpu = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "agents", timeout=1500)
+    gpu = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "agents",
+                     "--grpo-families", "ar", "sdar", "real", timeout=1800)
     assert gpu.returncode == 0, gpu.stderr[-3000:]
     assert "every arm has decoded and Stage 2 is done" in gpu.stdout and not (out / "report.md").exists()
     state = json.loads((out / "state.json").read_text())
     assert "agent/eval/grpo_convert_sdar" in state["done"] and not any(k.startswith("eval/") for k in state["done"])
     shutil.rmtree(out / "arms")
-    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "scores", timeout=600)
+    first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "scores",
+                       "--grpo-families", "ar", "sdar", "real", timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "train/convert/sdar: done earlier, skipped" in first.stdout and "Not run yet" not in first.stdout
     state = json.loads((out / "state.json").read_text())
@@ -131,9 +133,17 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert "![Stage 2](stage2.png)" in report and (out / "stage2.png").stat().st_size > 0
     grpo = state["done"]["grpo/convert/sdar"]
     assert grpo["episodes"] >= 1 and len(grpo["reward_per_step"]) == 1
-    again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), timeout=300)
+    # GRPO in the real env (an env server started for the step), then every agent paired with the SFT agent.
+    real = state["done"]["grpo/real"]
+    assert real["rollout_env"] == "real" and real["real_answered_steps"] >= 1 and real["wm_answered_steps"] == 0
+    assert "| grpo_real | the real env | 2 |" in report and "exact McNemar p |" in report
+    summary = json.loads((out / "stage2_summary.json").read_text())
+    assert summary["env"] == "sciworld" and set(summary["arms"]) == {"ar", "sdar", "real"}
+    assert all(a["episodes"] == 2 and a["steps"] == 1 and 0 <= a["p_value"] <= 1 for a in summary["arms"].values())
+    flags = ("--grpo-families", "ar", "sdar", "real")
+    again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), *flags, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(state["done"])
-    changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--steps", "50")
+    changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), *flags, "--steps", "50")
     assert changed.returncode == 2 and "holds a comparison with other settings (steps: 40 -> 50)" in changed.stderr
 
 
@@ -256,7 +266,8 @@ def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
     comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
     assert stage2_section(comparison)[1] == (
         "Not run yet: `agent/sft`, `agent/eval/sft`, `fidelity/convert/ar`, `grpo/convert/ar`, "
-        "`agent/eval/grpo_convert_ar`, `fidelity/convert/sdar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`.\n")
+        "`agent/eval/grpo_convert_ar`, `fidelity/convert/sdar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, "
+        "`agent/paired`.\n")
     comparison.state["done"].update({
         "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},
         "agent/eval/sft": {"episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79],

@@ -11,6 +11,13 @@ scored in the real env.
    env's plugin (the deterministic local responder first, the world model else); then
    ``agent/eval/grpo_<arm>``, the trained agent in the real env.
 
+4. with ``real`` among ``grpo_families``: ``grpo/real``, the same GRPO with every rollout in a real env server
+   (the upper reference: what GRPO gets from the true environment), then ``agent/eval/grpo_real``;
+5. ``agent/paired``: every trained agent against the SFT agent on the same held-out tasks, pair by pair (exact
+   McNemar test, bootstrap interval on the difference; :mod:`textwm.eval.paired`), also written as
+   ``stage2_summary.json`` (``{"env", "arms": {arm: {"episodes", "success_before", "success_after", "p_value",
+   "steps", "seeds"}}}``).
+
 Every real-env result carries its 95% Wilson interval over episodes. The world models are the scored arms
 of one regime: ``convert`` when it ran (the recipe the paper's models come from), else ``scratch``.
 """
@@ -84,7 +91,20 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
         plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
                  (f"grpo/{arm.name}", lambda arm=arm, name=name: grpo_in_arm(comparison, arm, name)),
                  (f"agent/eval/{name}", lambda name=name: eval_agent(comparison, comparison.path("agent", name), name))]
+    if "real" in comparison.config.grpo_families:
+        plan += [("grpo/real", lambda: grpo_in_real(comparison)),
+                 ("agent/eval/grpo_real", lambda: eval_agent(comparison, comparison.path("agent", "grpo_real"),
+                                                             "grpo_real"))]
+    plan.append(("agent/paired", lambda: paired_results(comparison)))
     return plan
+
+
+def grpo_agents(comparison: Any) -> list[tuple[str, str, str, str]]:
+    """(agent name, where it was trained: a world model's family or ``real``, that arm's name, its GRPO step's key)
+    of every GRPO agent of Stage 2 (one regime's world models), the real env last."""
+    agents = [(f"grpo_{arm.folder}", arm.family, arm.name, f"grpo/{arm.name}") for arm in wm_arms(comparison)]
+    real = [("grpo_real", "real", "the real env", "grpo/real")] if "real" in comparison.config.grpo_families else []
+    return agents + real
 
 
 def train_agent(comparison: Any) -> dict[str, Any]:
@@ -138,17 +158,55 @@ def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
 
 
 def grpo_in_arm(comparison: Any, arm: Any, name: str) -> dict[str, Any]:
-    import torch
+    from textwm.rl.in_wm import run_grpo_in_wm
 
-    from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
-
-    c = comparison.config
-    run = GRPOInWM(env=c.env, rows=str(agent_data(comparison, "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
-                   steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length,
-                   num_gpus=1 if torch.cuda.is_available() else 0, num_generations=c.grpo_generations,
-                   batch_size=c.grpo_generations, max_completion_length=c.grpo_completion_length,
-                   learning_rate=c.grpo_learning_rate, run_name=name, launcher="wm_comparison")
+    run = _grpo_run(comparison, name)
     with _served(comparison, arm) as endpoint:
         figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", arm.folder), comparison.path("agent", name),
                                  comparison.path(f"grpo_{arm.folder}.log"))
     return {"world_model": arm.name, **figures}
+
+
+def _grpo_run(comparison: Any, name: str, **where: Any) -> Any:
+    """The Stage-2 GRPO run of the SFT agent (the same settings in every arm); ``where``: real-env rollouts."""
+    import torch
+
+    from textwm.rl.in_wm import GRPOInWM
+
+    c = comparison.config
+    return GRPOInWM(env=c.env, rows=str(agent_data(comparison, "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
+                    steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length,
+                    num_gpus=1 if torch.cuda.is_available() else 0, num_generations=c.grpo_generations,
+                    batch_size=c.grpo_generations, max_completion_length=c.grpo_completion_length,
+                    learning_rate=c.grpo_learning_rate, run_name=name, launcher="wm_comparison", **where)
+
+
+def grpo_in_real(comparison: Any) -> dict[str, Any]:
+    """GRPO with every rollout in a real env server (started for the step, ``env_port``): the upper reference."""
+    from textwm.envs.local_server import local_env_server
+    from textwm.rl.in_wm import run_grpo_in_wm
+
+    c = comparison.config
+    with local_env_server(c.env, port=c.env_port, workers=c.workers, log_dir=comparison.path("stack", "env")) as url:
+        run = _grpo_run(comparison, "grpo_real", rollout_env="real", real_env_url=url)
+        figures = run_grpo_in_wm(run, "", comparison.path("grpo", "real"), comparison.path("agent", "grpo_real"),
+                                 comparison.path("grpo_real.log"))
+    return {"world_model": "real env", **figures}
+
+
+def paired_results(comparison: Any) -> dict[str, Any]:
+    """Every GRPO agent against the SFT agent on the same held-out tasks; ``stage2_summary.json`` beside the report."""
+    from textwm.data.jsonl import write_json
+    from textwm.eval.paired import compare, load_episodes
+
+    c, done = comparison.config, comparison.state["done"]
+    before = load_episodes(comparison.path("agent_eval", "sft"))
+    arms, summary = {}, {}
+    for name, inside, label, grpo_key in grpo_agents(comparison):
+        result = compare(before, load_episodes(comparison.path("agent_eval", name)), seed=c.seed).to_dict()
+        arms[name] = {"inside": label, **result}
+        summary[inside] = {"episodes": result["episodes"], "success_before": result["successes_before"],
+                           "success_after": result["successes_after"], "p_value": result["p_value"],
+                           "steps": len((done.get(grpo_key) or {}).get("reward_per_step") or []), "seeds": [c.seed]}
+    write_json(comparison.path("stage2_summary.json"), {"env": c.env, "arms": summary})
+    return arms

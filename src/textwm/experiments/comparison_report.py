@@ -132,6 +132,7 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     done = comparison.state["done"]
     agents = [("before GRPO", done.get("agent/eval/sft"))]
     agents += [(f"GRPO in {a.name}", done.get(f"agent/eval/grpo_{a.folder}")) for a in wm_arms(comparison)]
+    agents += [("GRPO in the real env", done.get("agent/eval/grpo_real"))]
     agents = [(label, r) for label, r in agents if r]
     fidelity = [(a.name, done[f"fidelity/{a.name}"]) for a in wm_arms(comparison) if f"fidelity/{a.name}" in done]
     if not agents:
@@ -168,7 +169,7 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
     from textwm.eval.episodes import fmt_ci
-    from textwm.experiments.comparison_agents import stage2_plan, wm_arms
+    from textwm.experiments.comparison_agents import grpo_agents, stage2_plan, wm_arms
 
     c, done = comparison.config, comparison.state["done"]
     if not c.stage2:
@@ -192,12 +193,13 @@ def stage2_section(comparison: Any) -> list[str]:
              "failed episodes (agent / env errors), unparseable replies | reward per GRPO step | "
              "WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = [("sft", "none (before GRPO)", "agent/eval/sft", None)]
-    rows += [(f"grpo_{a.folder}", a.name, f"agent/eval/grpo_{a.folder}", f"grpo/{a.name}") for a in wm_arms(comparison)]
+    rows += [(name, label, f"agent/eval/{name}", grpo_key) for name, _, label, grpo_key in grpo_agents(comparison)]
     for name, inside, key, grpo_key in rows:
         if key not in done:
             continue
         r, g = done[key], done.get(grpo_key, {}) if grpo_key else {}
-        steps = f"{g['wm_answered_steps']} / {g['local_answered_steps']}, {g['wm_errors']}" if g else ""
+        steps = (f"{g.get('real_answered_steps', 0)} real" if g.get("rollout_env") == "real" else
+                 f"{g['wm_answered_steps']} / {g['local_answered_steps']}, {g['wm_errors']}") if g else ""
         lines.append(f"| {name} | {inside} | {r['episodes']} | {r['successes']} | {_fmt(r['success_rate'])} | "
                      f"{fmt_ci(r.get('success_ci95'))} | {_fmt(r['mean_score'])} | "
                      f"{r.get('agent_errors')} / {r.get('env_errors')}, {r.get('unparseable_replies')} | "
@@ -212,6 +214,16 @@ def stage2_section(comparison: Any) -> list[str]:
                      f"{fmt_ci(f[m].get('success_ci95'))}" for m in ("real", "wm", "w2r")]
             cr = _fmt(f["cr"]) if f["cr"] is not None else f"n/a ({f['cr_note']})"
             lines.append(f"| {arm.name} | {' | '.join(cells)} | {cr} | {f['wm'].get('wm_errors', 0)} |")
+    paired = done.get("agent/paired")
+    if paired:
+        lines += ["", "Each GRPO agent against the SFT agent on the same held-out tasks, pair by pair "
+                  "(`stage2_summary.json`):\n",
+                  "| agent | trained in | successes before -> after | difference [95% bootstrap] | won only after / "
+                  "only before | exact McNemar p |", "|---|---|---|---|---|---|"]
+        for name, p in paired.items():
+            lines.append(f"| {name} | {p['inside']} | {p['successes_before']} -> {p['successes_after']} of "
+                         f"{p['episodes']} | {p['difference']:+.3f} {fmt_ci(p['difference_ci95'])} | "
+                         f"{p['only_after']} / {p['only_before']} | {p['p_value']:.3g} |")
     chart = stage2_chart(comparison, comparison.path("stage2.png"))
     return [*lines, "", *([f"![Stage 2]({chart.name})\n"] if chart else [])]
 

@@ -149,6 +149,8 @@ class ComparisonConfig:
     workers: int = 4
     wm_port: int = 30201
     proxy_port: int = 30200
+    #: The real env server of Stage 2's ``real`` arm (GRPO with every rollout in the real env).
+    env_port: int = 30210
 
     def __post_init__(self) -> None:
         bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
@@ -165,9 +167,9 @@ class ComparisonConfig:
         if self.init and (not self.temperatures or min(self.temperatures) <= 0 or not self.sdar_denoising_steps
                           or min(self.sdar_denoising_steps) < 1 or self.max_epochs < 1 or self.patience < 1):
             raise ValueError("temperatures must be > 0, sdar_denoising_steps, max_epochs and patience >= 1")
-        if self.stage2 and not set(self.grpo_families) <= set(self.families):
+        if self.stage2 and not set(self.grpo_families) <= {*self.families, "real"}:
             raise ValueError(f"grpo_families ({' '.join(self.grpo_families)}) must be among the families trained "
-                             f"({' '.join(self.families)})")
+                             f"({' '.join(self.families)}), or real (GRPO in the real env)")
         if "convert" in self.regimes and not 0 < self.head_start < 1:
             raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
                              f"got {self.head_start}")

@@ -42,10 +42,14 @@ class GRPOInWM:
     #: ms-swift's dynamic sampling (groups without reward spread regenerated): off in the CPU-sized runs, where a
     #: regeneration round costs as much as the step.
     dynamic_sample: bool = False
+    #: ``wm`` (the simulator at the endpoint) or ``real`` (every rollout in the env server at ``real_env_url``).
+    rollout_env: str = "wm"
+    real_env_url: str = ""
 
 
 def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log_file: Path) -> dict[str, Any]:
-    """GRPO for ``run.steps`` steps with the world model at ``endpoint``; the trained agent goes to ``agent_out``.
+    """GRPO for ``run.steps`` steps with the world model at ``endpoint`` (or, with ``run.rollout_env`` real, in the
+    env server at ``run.real_env_url``; ``endpoint`` unused); the trained agent goes to ``agent_out``.
 
     Raises ``RuntimeError`` naming the log when swift exits non-zero. Returns the figures of the run."""
     from textwm.rl.launch import GRPOConfig, swift_model_args
@@ -54,8 +58,10 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
     shutil.rmtree(out, ignore_errors=True)
     extra = {"lr": run.learning_rate} if run.learning_rate is not None else {}
     model_type, template = swift_model_args(run.agent_path)
+    if endpoint:
+        extra["wm_endpoint"] = endpoint
     grpo = GRPOConfig(env=run.env, data=run.rows, model_path=run.agent_path, model_type=model_type, template=template,
-                      wm_endpoint=endpoint, wm_guard="1", output_dir=str(out), run_name=run.run_name,
+                      rollout_env=run.rollout_env, real_env_url=run.real_env_url, wm_guard="1", output_dir=str(out), run_name=run.run_name,
                       num_gpus=run.num_gpus, num_generations=run.num_generations,
                       per_device_train_batch_size=run.batch_size, grad_accum_steps=1, max_turns=run.turns,
                       max_completion_length=run.max_completion_length, max_length=4096, save_steps=run.steps,
@@ -76,6 +82,8 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
     episodes = [json.loads(x) for x in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     return {"reward_metric": metric, "wm_temperature": run.wm_temperature, "reward_per_step": [round(r[metric], 4) for r in steps],
             "turns_per_step": [r.get("num_turns") for r in steps], "episodes": len(episodes),
+            "rollout_env": run.rollout_env,
+            "real_answered_steps": sum(s == "real" for e in episodes for s in e["sources"]),
             "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
             "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
             "wm_errors": sum(bool(e["wm_error"]) for e in episodes)}
