@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
                         "lifespan-shortest-lived; --smoke: every type)")
     p.add_argument("--no-stage2", dest="stage2", action="store_false", default=None,
                    help="stop after the world models' report (no agent SFT, GRPO or real-env runs)")
+    p.add_argument("--stage2", dest="stage2", action="store_true", default=None,
+                   help="with --init: Stage 2 too (off by default there): the agent from --agent-init SFT'd on the "
+                        "gold demos, GRPO in the real env and inside the best epoch of each --grpo-families world model")
+    p.add_argument("--agent-init", help="Stage 2's agent start: a pretrained start's name or an AR checkpoint "
+                                        "(default with --init: the same start; else a tiny random agent)")
     for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),
                        ("batch_size", int), ("learning_rate", float), ("cutoff_len", int), ("save_steps", int),
                        ("eval_rows", int), ("gen_length", int), ("samples", int), ("temperature", float),

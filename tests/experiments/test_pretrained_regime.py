@@ -24,7 +24,6 @@ def test_init_runs_the_pretrained_regime_alone():
 @pytest.mark.parametrize(("keys", "message"), [
     ({"regimes": ("pretrained",), "stage2": False}, "the pretrained regime needs init"),
     ({"init": "x", "regimes": ("pretrained", "scratch"), "stage2": False}, "init runs the pretrained regime alone"),
-    ({"init": "x", "regimes": ("pretrained",)}, "pass --no-stage2"),
     ({"init": "x", "regimes": ("pretrained",), "stage2": False, "temperatures": (0.0,)}, "temperatures must be > 0"),
     ({"init": "x", "regimes": ("pretrained",), "stage2": False, "max_epochs": 0}, "max_epochs"),
 ])
@@ -86,6 +85,40 @@ def test_the_pretrained_regime_runs_end_to_end_from_a_tiny_llama_and_resumes(tmp
     assert (out / "pretrained.png").is_file()
     again = run_script("scripts/wm_comparison.py", *args, timeout=300)
     assert again.returncode == 0 and "train/pretrained/ar: done earlier, skipped" in again.stdout
+
+
+@pytest.mark.slow
+def test_stage2_from_the_pretrained_start_in_the_real_env_and_in_the_best_epochs_world_model(tmp_path):
+    """--init with --stage2: the start is also the agent (SFT'd on the gold demos); GRPO in the real env and inside
+    the AR arm's best epoch; every agent scored on the held-out tasks and paired with the SFT agent."""
+    pytest.importorskip("scienceworld", reason="ScienceWorld is in the [envs] extra")
+    pytest.importorskip("swift", reason="ms-swift is in the [rl] extra")
+    from textwm.data.jsonl import read_jsonl
+    from textwm.envs.build import build
+    from textwm.envs.sciworld.build import SciWorldBuildConfig
+    from textwm.models.tiny import build_tiny_checkpoint, chat_texts
+
+    data = tmp_path / "data"
+    build("sciworld", SciWorldBuildConfig(out_dir=str(data), tasks=("boil", "melt"), train_variations=1,
+                                          dev_variations=0, test_variations=1, explore_episodes=0, workers=2))
+    rows = [r for f in ("wm_train.jsonl", "rl_train.jsonl", "sft_train.jsonl") for r in read_jsonl(data / f).rows]
+    start = build_tiny_checkpoint(tmp_path / "start", list(chat_texts(rows)), family="ar", arch="llama",
+                                  vocab_size=1024)
+    out = tmp_path / "run"
+    args = ["--smoke", "--init", str(start), "--data-dir", str(data), "--out", str(out), "--stage2",
+            "--grpo-families", "ar", "real", "--families", "ar", "sdar", "--max-epochs", "1", "--bootstrap", "20",
+            "--workers", "2"]
+    res = run_script("scripts/wm_comparison.py", *args, timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    done = json.loads((out / "state.json").read_text())["done"]
+    assert done["agent/sft"]["init"] == str(start)               # the pretrained start is the agent
+    assert done["grpo/pretrained/ar"]["wm_answered_steps"] + done["grpo/pretrained/ar"]["local_answered_steps"] >= 1
+    assert done["grpo/real"]["real_answered_steps"] >= 1
+    summary = json.loads((out / "stage2_summary.json").read_text())
+    assert set(summary["arms"]) == {"ar", "real"} and all(a["steps"] == 1 for a in summary["arms"].values())
+    report = (out / "report.md").read_text()
+    assert "A pretrained start" in report and "| grpo_real | the real env |" in report
+    assert "| grpo_pretrained_ar | pretrained/ar |" in report and "exact McNemar p |" in report
 
 
 def test_a_new_max_epochs_keeps_the_epochs_and_decides_anew_where_arms_stop(tmp_path):

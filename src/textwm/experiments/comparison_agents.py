@@ -41,8 +41,15 @@ REAL_FIELDS = ("episodes", "successes", "success_rate", "success_ci95", "mean_sc
 def wm_arms(comparison: Any) -> list[Any]:
     """The arms whose world models host GRPO: the ``grpo_families`` of the regime Stage 2 uses."""
     c = comparison.config
-    regime = "convert" if "convert" in c.regimes else "scratch"
+    regime = "pretrained" if c.init else "convert" if "convert" in c.regimes else "scratch"
     return [a for a in comparison.arms if a.scored and a.regime == regime and a.family in c.grpo_families]
+
+
+def served_model(comparison: Any, arm: Any) -> Path:
+    """The checkpoint an arm's world model is served from: its best epoch in the pretrained regime, else its last."""
+    if arm.regime == "pretrained":
+        return comparison.path("arms", arm.folder, f"epoch{comparison.state['done'][f'train/{arm.name}']['best_epoch']}")
+    return comparison.path("arms", arm.folder, "final")
 
 
 def sft_agent(comparison: Any) -> Path:
@@ -114,7 +121,8 @@ def train_agent(comparison: Any) -> dict[str, Any]:
     return train_agent_on_demos(AgentSFT(
         demos=str(agent_data(comparison, "sft_train.jsonl")), tasks=str(agent_data(comparison, "rl_train.jsonl")),
         out=str(comparison.path("agent")), steps=c.agent_sft_steps, size=c.agent_size, vocab_size=c.agent_vocab_size,
-        cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed))
+        cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed,
+        init=c.agent_init))
 
 
 def _evaluate(comparison: Any, agent_path: Any, name: str, **wm: Any) -> dict[str, Any]:
@@ -143,7 +151,7 @@ def _served(comparison: Any, arm: Any) -> Any:
     c = comparison.config
     decode = DecodeSettings(gen_length=c.gen_length, temperature=0.0, denoising_steps=c.denoising_steps,
                             block_length=BLOCKS["sdar"])
-    return local_wm_stack(comparison.path("arms", arm.folder, "final"), log_dir=comparison.path("stack", arm.folder),
+    return local_wm_stack(served_model(comparison, arm), log_dir=comparison.path("stack", arm.folder),
                           wm_port=c.wm_port, proxy_port=c.proxy_port, decode=decode,
                           device="cuda" if torch.cuda.is_available() else "cpu", served_model_name=f"{arm.folder}-wm")
 

@@ -181,9 +181,11 @@ def stage2_section(comparison: Any) -> list[str]:
         return [title, *not_run]
     sft = done["agent/sft"]
     lines = [title, *not_run,
-             f"One AR agent (`{c.agent_size}` shape) trained on {sft['demos']} gold demos ({sft['turn_rows']} "
+             f"{f'The agent `{c.agent_init}`' if c.agent_init else f'One AR agent (`{c.agent_size}` shape)'} "
+             f"trained on {sft['demos']} gold demos ({sft['turn_rows']} "
              f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
-             f"steps of up to {c.grpo_turns} turns inside each world model (the env's local responder first; "
+             f"steps of up to {c.grpo_turns} turns inside each world model"
+             f"{' and in the real env' if 'real' in c.grpo_families else ''} (the env's local responder first; "
              f"{c.grpo_generations} rollouts per task, {c.grpo_completion_length} tokens per reply, learning rate "
              f"{c.grpo_learning_rate:g}). "
              f"Task types: {', '.join(c.agent_tasks) if c.agent_tasks else 'every type of the data'}. "
@@ -242,7 +244,7 @@ def write_report(comparison: Any) -> Path:
         from textwm.experiments.pretrained_report import section
 
         with atomic_write(out) as f:
-            f.write("\n".join(section(comparison)))
+            f.write("\n".join([*section(comparison), "", *stage2_section(comparison)]))
         return out
     init = done["init"]
     parts = [

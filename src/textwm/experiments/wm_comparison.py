@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
 NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
-STAGE2_SETTINGS = ("stage2", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
+STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
                    "agent_learning_rate", "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate",
                    "grpo_generations", "grpo_completion_length", "agent_episodes", "agent_turns", "workers")
 #: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
@@ -128,6 +128,9 @@ class ComparisonConfig:
     #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
     #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
     agent_tasks: tuple[str, ...] = ()
+    #: Stage 2's agent start (a pretrained start's name or an AR checkpoint); empty: a tiny random agent of
+    #: ``agent_size``. With ``init`` it defaults to the same start (the paper's setting: a pretrained agent).
+    agent_init: str = ""
     agent_size: str = "tiny"
     agent_vocab_size: int = 1024
     agent_cutoff_len: int = 3072
@@ -162,8 +165,6 @@ class ComparisonConfig:
             raise ValueError("the pretrained regime needs init (a pretrained start's name or an AR checkpoint), and "
                              f"init runs the pretrained regime alone; got regimes {' '.join(self.regimes)}, init "
                              f"{self.init or '(none)'}")
-        if self.init and self.stage2:
-            raise ValueError("Stage 2 is not run on the pretrained regime yet: pass --no-stage2")
         if self.init and (not self.temperatures or min(self.temperatures) <= 0 or not self.sdar_denoising_steps
                           or min(self.sdar_denoising_steps) < 1 or self.max_epochs < 1 or self.patience < 1):
             raise ValueError("temperatures must be > 0, sdar_denoising_steps, max_epochs and patience >= 1")
@@ -191,9 +192,13 @@ class ComparisonConfig:
         settings: dict[str, Any] = {"agent_tasks": getattr(builder, "small_agent_tasks", ())}
         if overrides.get("init"):
             # A 135M start on one GPU: ~1,000 held-out rows (an interval of about +-0.03 on a rate near 0.5),
-            # fine-tuning rate and batch of a model of that size; Stage 2 of this regime is not built yet.
+            # fine-tuning rate and batch of a model of that size. Stage 2 (opt-in, --stage2): the same start as the
+            # agent, GRPO as one runs it on a pretrained agent (8 rollouts a task, 100 steps, a low rate), in the
+            # real env and inside the AR and SDAR world models, scored on every held-out task row.
             settings.update(regimes=("pretrained",), stage2=False, batch_size=32, learning_rate=1e-4,
-                            eval_rows=1000, per_batch=64, samples=2)
+                            eval_rows=1000, per_batch=64, samples=2, agent_init=overrides["init"],
+                            agent_learning_rate=2e-5, grpo_learning_rate=1e-6, grpo_generations=8, grpo_steps=100,
+                            grpo_families=("ar", "sdar", "real"), agent_episodes=200)
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
                             save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
@@ -202,7 +207,8 @@ class ComparisonConfig:
                             workers=2, agent_tasks=())
             if overrides.get("init"):
                 settings.update(regimes=("pretrained",), stage2=False, batch_size=4, learning_rate=1e-4,
-                                eval_rows=8, max_epochs=2, temperatures=(0.7,), bootstrap=50, per_batch=8)
+                                eval_rows=8, max_epochs=2, temperatures=(0.7,), bootstrap=50, per_batch=8,
+                                agent_init=overrides["init"], agent_learning_rate=1e-4, grpo_learning_rate=1e-5)
         return cls(**{**settings, **overrides})
 
     @property
