@@ -217,4 +217,4 @@ def paired_results(comparison: Any) -> dict[str, Any]:
                            "success_after": result["successes_after"], "p_value": result["p_value"],
                            "steps": len((done.get(grpo_key) or {}).get("reward_per_step") or []), "seeds": [c.seed]}
     write_json(comparison.path("stage2_summary.json"), {"env": c.env, "arms": summary})
-    return arms
+    return {"agents": arms}

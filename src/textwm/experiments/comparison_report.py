@@ -222,7 +222,7 @@ def stage2_section(comparison: Any) -> list[str]:
                   "(`stage2_summary.json`):\n",
                   "| agent | trained in | successes before -> after | difference [95% bootstrap] | won only after / "
                   "only before | exact McNemar p |", "|---|---|---|---|---|---|"]
-        for name, p in paired.items():
+        for name, p in paired["agents"].items():
             lines.append(f"| {name} | {p['inside']} | {p['successes_before']} -> {p['successes_after']} of "
                          f"{p['episodes']} | {p['difference']:+.3f} {fmt_ci(p['difference_ci95'])} | "
                          f"{p['only_after']} / {p['only_before']} | {p['p_value']:.3g} |")
