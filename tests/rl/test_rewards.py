@@ -28,6 +28,14 @@ def test_alfworld_rewards_per_outcome_and_the_papers_format_factor(capsys):
     assert {k: v for k, v in paper.items() if "prose" not in k} == {k: v for k, v in ours.items() if "prose" not in k}
 
 
+def test_appworld_rewards_per_outcome(capsys):
+    assert main(["--env", "appworld", "--json"]) == 0
+    ours = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert ours["success"] == 1.0 > ours["wrong number"] > ours["partial: records found, no answer"] > 0
+    assert ours["failed calls, no password lookup"] < ours["partial: records found, no answer"]
+    assert ours["nothing"] == ours["unparseable"] == 0.0
+
+
 def test_an_env_without_written_cases_says_so(capsys):
     assert main(["--env", "appworld", "--reward", "paper"]) == 2
     assert "not written for appworld" in capsys.readouterr().err

@@ -247,3 +247,34 @@ def _real_login(rules: Rules, call: Call) -> bool:
     app = call.name.split("__", 1)[0]
     account = rules.credentials.get(app)
     return account is not None and (call.arguments.get("username"), call.arguments.get("password")) == account
+
+
+def reward_cases() -> list[tuple[str, Outcome, dict[str, Any], str]]:
+    """Built episodes of a question task ("how many songs are in my playlist?", answer 12), one per outcome
+    (:meth:`EnvSpec.reward_cases`); every tool name is taken as known."""
+    rules = Rules(ground_truth="12", credentials={"spotify": ("joe@example.com", "pw1")}, known=lambda name: True,
+                  changes_state=lambda name: False)
+
+    def call(name: str, **parameters: Any) -> str:
+        return json.dumps([{"name": name, "parameters": parameters}])
+
+    passwords = (call(SHOW_PASSWORDS), '[{"account_name": "spotify", "password": "pw1"}]')
+    login = (call("spotify__login", username="joe@example.com", password="pw1"), '{"access_token": "t1"}')
+    songs = (call("spotify__show_playlist", playlist_id=3), '{"playlist_id": 3, "song_ids": [1, 2, 3]}')
+    failed = (call("spotify__show_playlist", playlist_id=99), '{"error": "no such playlist"}')
+
+    def case(name: str, steps: list[tuple[str | None, str | None]], why: str):
+        actions, observations = [a for a, _ in steps], [o for _, o in steps]
+        episode = {"actions": actions, "observations": observations}
+        return name, episode_outcome(rules, actions, observations), episode, why
+
+    return [
+        case("success", [passwords, login, songs, (call(COMPLETE_TASK, answer="12"), "null")], "the most there is"),
+        case("partial: records found, no answer", [passwords, login, songs], "on the way: data came back"),
+        case("wrong number", [passwords, login, songs, (call(COMPLETE_TASK, answer="10"), "null")],
+             "credit by closeness (0.25 at most), at least the partial credit"),
+        case("nothing", [], "no call, no reward"),
+        case("failed calls, no password lookup", [failed], "a call made, x0.1 for skipping the passwords"),
+        case("repeat", [passwords, failed, failed], "the same call twice ends the episode with its partial credit"),
+        case("unparseable", [(None, None)], "nothing called"),
+    ]

@@ -24,7 +24,7 @@ from textwm.envs.appworld import agent, reward
 from textwm.envs.appworld.real import AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
 from textwm.envs.appworld.world import World, world_of_row
-from textwm.envs.contract import EnvSpec, TaskStart
+from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -84,6 +84,9 @@ class AppWorldSpec(EnvSpec):
             if action is not None:
                 history.append((action, agent.unwrap_tool_response(response["content"])))
         return expert.next_call(messages[0]["content"], history)
+
+    def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
+        return reward.reward_cases()
 
     def start_episode(self, start: TaskStart) -> AppWorldEpisode:
         return AppWorldEpisode.start(start.sim_task)
