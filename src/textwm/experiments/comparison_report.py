@@ -217,6 +217,10 @@ def stage2_section(comparison: Any) -> list[str]:
             cr = _fmt(f["cr"]) if f["cr"] is not None else f"n/a ({f['cr_note']})"
             lines.append(f"| {arm.name} | {' | '.join(cells)} | {cr} | {f['wm'].get('wm_errors', 0)} |")
     paired = done.get("agent/paired")
+    lines += ["", f"Decision rule, fixed before the runs: GRPO {'in an arm ' if len(grpo_agents(comparison)) > 1 else ''}"
+              "improved the agent when its agent succeeds on more of the same held-out tasks than the SFT agent with "
+              "an exact McNemar p < 0.05; otherwise the data do not show an improvement (whichever way the counts "
+              "lean)."]
     if paired:
         lines += ["", "Each GRPO agent against the SFT agent on the same held-out tasks, pair by pair "
                   "(`stage2_summary.json`):\n",
