@@ -50,6 +50,7 @@ lines and the trajectory log.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import json
 import logging
@@ -57,7 +58,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,7 +241,7 @@ class EpisodeDriver:
         self.sim_cache = sim_cache
         self.counters = RolloutCounters()
 
-    def begin(self, row: Mapping[str, Any]) -> dict[str, Any]:
+    def begin(self, row: Mapping[str, Any], messages: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         """State of a new episode (JSON-serialisable) for a dataset row; ValueError naming the row if impossible."""
         try:
             if self.sim_cache is not None:
@@ -254,7 +255,10 @@ class EpisodeDriver:
         state = {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
                  "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex}
         if self.real is not None:
-            self._start_real(state, start)
+            # The agent's conversation comes with the request (ms-swift keeps ``messages`` apart from the row's
+            # other columns): it is what a real reset may have to rebuild.
+            self._start_real(state, dataclasses.replace(start, messages=tuple(dict(m) for m in messages))
+                             if messages else start)
         return state
 
     def _start_real(self, state: dict[str, Any], start: Any) -> None:
@@ -264,6 +268,8 @@ class EpisodeDriver:
             reset = self.real.start(state["key"], start.task_id, start.reset_options)
         except EnvError as exc:
             state["real_error"] = f"{type(exc).__name__}: {exc}"
+            return
+        if not start.messages:
             return
         messages, rebuilt = self.spec.real_start(start, reset)
         if rebuilt:
@@ -450,7 +456,7 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
                 data = infer_request.data_dict = {}
             state = data.get(STATE_KEY)
             if state is None:
-                state = data[STATE_KEY] = self.driver.begin(data)
+                state = data[STATE_KEY] = self.driver.begin(data, infer_request.messages or ())
             return state
 
         async def on_trajectory_start(self, requests: list[Any]) -> None:
