@@ -9,7 +9,7 @@ from textwm.envs.pool import PoolConfig
 from textwm.envs.protocol import EnvError
 from textwm.envs.registry import register
 from textwm.envs.server import create_env_app
-from textwm.rl.real_rollouts import RealEnvRollouts, shaped
+from textwm.rl.real_rollouts import RealEnvRollouts, ongoing, shaped
 
 SPEC = ToySpec()
 register(SPEC, replace=True)
@@ -42,3 +42,17 @@ def test_the_real_outcome_takes_the_envs_shaped_reward_where_it_has_none():
     assert shaped(Outcome(True, "success", 1.0), won).reward == 0.7
     assert shaped(Outcome(True, "success", 1.0), partial).reward is None          # they disagree: the real one
     assert shaped(Outcome(True, "wrong_focus", -100, reward=0.5), partial).reward == 0.5
+
+
+def test_an_ongoing_real_episode_ends_only_by_the_trajectorys_rules_and_keeps_its_shaped_reward():
+    class Episode:                     # what ongoing() reads of a simulated episode: its own outcome
+        def __init__(self, own):
+            self.own = own
+
+        def outcome(self):
+            return self.own
+
+    assert ongoing(Episode(Outcome(False, None, 0.25, reward=0.25)), 0.0) == Outcome(False, None, 0.0, reward=0.25)
+    assert ongoing(Episode(Outcome(True, "loop", 0.0, reward=0.0)), 0.0) == Outcome(True, "loop", 0.0, reward=0.0)
+    # The simulator's own success (its goals read from the real observations) does not end a real episode.
+    assert ongoing(Episode(Outcome(True, "success", 1.0, reward=1.0)), 0.0) == Outcome(False, None, 0.0)

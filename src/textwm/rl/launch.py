@@ -35,6 +35,7 @@ from textwm.data.jsonl import DataError
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
 from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, REAL_SESSIONS, REAL_SESSIONS_VAR, ROLLOUT_ENV_VAR
+from textwm.rl.swift_adapters import REWARD_RULE_VAR
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,7 @@ class GRPOConfig:
             env.pop(name, None)          # exactly the config's: an inherited value would not be recorded
             if value is not None:
                 env[name] = str(value)
-        env["TEXTWM_REWARD"] = c.reward
+        env[REWARD_RULE_VAR] = c.reward
         env.pop(REAL_ENV_URL_VAR, None)
         env[ROLLOUT_ENV_VAR] = c.rollout_env
         if c.rollout_env == "real":

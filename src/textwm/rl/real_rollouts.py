@@ -111,8 +111,9 @@ class RealEnvRollouts:
         self._count(error=False)
         episode.observe(action, result.observation, REAL)
         score = float(result.score)
-        outcome = self.spec.end_outcome(score, previous_score) if result.done else trajectory_rules(episode, score)
-        return Step(result.observation, shaped(outcome, episode.outcome()), source=REAL,
+        outcome = (shaped(self.spec.end_outcome(score, previous_score), episode.outcome()) if result.done
+                   else ongoing(episode, score))
+        return Step(result.observation, outcome, source=REAL,
                     message=self.spec.agent_message(result.observation, result.info), info=dict(result.info))
 
     def end(self, key: str, *, healthy: bool = True) -> None:
@@ -159,13 +160,13 @@ def shaped(real: Outcome, own: Outcome) -> Outcome:
     return real
 
 
-def trajectory_rules(episode: SimEpisode, score: float) -> Outcome:
-    """A real episode the env has not ended, at ``score``: over only when the trajectory's own rules (a loop, a
-    streak of rejected or unparseable replies) end it, as they would end a simulated one."""
+def ongoing(episode: SimEpisode, score: float) -> Outcome:
+    """A real episode the env has not ended, at ``score`` (after a step or an unparseable reply): over only when
+    the trajectory's own rules (a loop, a streak of rejected or unparseable replies) end it, as they would end a
+    simulated one; with the env's shaped reward of the trajectory (:func:`shaped`)."""
     own = episode.outcome()
-    if own.done and own.reason not in TASK_REASONS:
-        return Outcome(True, own.reason, score)
-    return Outcome(False, None, score)
+    done = own.done and own.reason not in TASK_REASONS
+    return shaped(Outcome(done, own.reason if done else None, score), own)
 
 
 def rollout_env(environ: Mapping[str, str] | None = None) -> str:

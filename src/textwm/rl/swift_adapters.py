@@ -76,9 +76,9 @@ from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
 from textwm.rl.real_rollouts import (
     ROLLOUT_ENV_VAR,
     RealEnvRollouts,
+    ongoing,
     real_rollouts_from_env,
     rollout_env,
-    trajectory_rules,
 )
 from textwm.rl.replay import EnvReplayer, ReplayEpisode, ReplayResult, replayer_from_env
 
@@ -282,7 +282,7 @@ class EpisodeDriver:
         action = trajectory.reply(reply, self.rules)
         if action is None:
             episode.unparseable()
-            outcome = episode.outcome() if self.real is None else trajectory_rules(episode, trajectory.outcome.score)
+            outcome = episode.outcome() if self.real is None else ongoing(episode, trajectory.outcome.score)
             trajectory.skipped(self.rules, outcome)
             self.counters.add(unparseable=1)
         elif self.real is not None and state.get("real_error"):
