@@ -6,6 +6,8 @@
     python scripts/wm_comparison.py --data-dir runs/sciworld_data --out runs/wm_comparison --parallel 3  # 3 arms at once
     python scripts/wm_comparison.py --init smollm2-135m-instruct --data-dir runs/sciworld_data --out runs/wmc_smollm2
         # the pretrained regime: AR fine-tuned, SDAR / WeDLM converted and fine-tuned, epochs until held-out loss stops
+    python scripts/wm_comparison.py --init smollm2-135m-instruct --stage2 --no-stage1 --grpo-families real \
+        --data-dir runs/sciworld_lifespan --out runs/stage2_real        # Stage 2's real-env arm alone
 """
 
 import argparse
@@ -56,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage2", dest="stage2", action="store_true", default=None,
                    help="with --init: Stage 2 too (off by default there): the agent from --agent-init SFT'd on the "
                         "gold demos, GRPO in the real env and inside the best epoch of each --grpo-families world model")
+    p.add_argument("--no-stage1", dest="stage1", action="store_false", default=None,
+                   help="Stage 2 alone, no world model trained: with --stage2 --grpo-families real (GRPO in the real "
+                        "env, the reference arm, on a machine of its own)")
+    p.add_argument("--grpo-dynamic-sample", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"regenerate groups whose rollouts got one reward (default: {defaults.grpo_dynamic_sample}; "
+                        "with --init: on)")
+    p.add_argument("--grpo-seeds", nargs="+", type=int, help="one GRPO run per seed in each arm (default: 0; "
+                                                             "with --init: 0 1)")
     p.add_argument("--agent-init", help="Stage 2's agent start: a pretrained start's name or an AR checkpoint "
                                         "(default with --init: the same start; else a tiny random agent)")
     for name, kind in (("size", str), ("vocab_size", int), ("steps", int), ("head_start", float),
@@ -64,10 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                        ("denoising_steps", int), ("per_batch", int), ("seed", int), ("parallel", int),
                        ("max_epochs", int), ("patience", int), ("bootstrap", int),
                        ("agent_size", str), ("agent_vocab_size", int), ("agent_cutoff_len", int),
-                       ("agent_sft_steps", int), ("agent_learning_rate", float),
-                       ("grpo_steps", int), ("grpo_turns", int), ("grpo_learning_rate", float),
-                       ("grpo_generations", int), ("grpo_completion_length", int), ("agent_episodes", int),
-                       ("agent_turns", int),
+                       ("agent_sft_steps", int), ("agent_sft_checkpoints", int), ("agent_target_success", float),
+                       ("agent_learning_rate", float), ("grpo_steps", int), ("grpo_turns", int),
+                       ("grpo_learning_rate", float), ("grpo_generations", int), ("grpo_tasks_per_step", int),
+                       ("grpo_completion_length", int), ("calibration_episodes", int), ("calibration_every", int),
+                       ("agent_episodes", int), ("agent_turns", int),
                        ("workers", int), ("wm_port", int), ("proxy_port", int)):
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: {getattr(defaults, name)}")
     args = p.parse_args(argv)
@@ -75,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(ComparisonConfig)
                  if f.name != "smoke" and getattr(args, f.name, None) is not None}
-    for name in ("families", "regimes", "grpo_families", "agent_tasks", "sdar_denoising_steps", "temperatures"):
+    for name in ("families", "regimes", "grpo_families", "grpo_seeds", "agent_tasks", "sdar_denoising_steps",
+                 "temperatures"):
         if name in overrides:
             overrides[name] = tuple(overrides[name])
     try:

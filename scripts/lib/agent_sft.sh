@@ -44,8 +44,10 @@ OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/$RUN_NAME}"
 NUM_GPUS="${NUM_GPUS:-$GPUS_VISIBLE}"
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NUM_GPUS - 1)))}"
 MASTER_PORT="${MASTER_PORT:-29500}"
-TORCH_DTYPE="${TORCH_DTYPE:-$([ "$NUM_GPUS" -gt 0 ] && echo bfloat16 || echo float32)}"
 DEEPSPEED="${DEEPSPEED:-$([ "$NUM_GPUS" -gt 1 ] && echo zero2 || echo none)}"
+# The weights' dtype: bfloat16 under DeepSpeed (it keeps float32 master weights), else float32 (bf16 compute on
+# GPU): an optimizer stepping bfloat16 weights itself loses every step smaller than ~1/256 of a weight.
+TORCH_DTYPE="${TORCH_DTYPE:-$([ "$NUM_GPUS" -gt 0 ] && [ "$DEEPSPEED" != none ] && echo bfloat16 || echo float32)}"
 MAX_LENGTH="${MAX_LENGTH:-8192}"
 EPOCHS="${EPOCHS:-1}"
 PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
@@ -82,6 +84,12 @@ OPTIONAL=()
 [ -n "$MODEL_TYPE" ] && OPTIONAL+=(--model_type "$MODEL_TYPE")
 [ -n "$VAL_DATA" ] && OPTIONAL+=(--val_dataset "$VAL_DATA")
 [ "$DEEPSPEED" != "none" ] && OPTIONAL+=(--deepspeed "$DEEPSPEED")
+[ "$NUM_GPUS" -gt 0 ] && [ "$TORCH_DTYPE" = float32 ] && OPTIONAL+=(--bf16 true --fp16 false)
+if [ "$NUM_GPUS" -gt 0 ] && [ "$DEEPSPEED" = none ] && [ "$TORCH_DTYPE" != float32 ]; then
+  echo "$LAUNCHER: warning: $TORCH_DTYPE weights without DeepSpeed: the optimizer steps them itself and a step" \
+       "smaller than ~1/256 of a weight rounds to nothing (at LR=$LR most do); leave TORCH_DTYPE unset or set" \
+       "DEEPSPEED" >&2
+fi
 use_gpus "$LAUNCHER" "CPU run in $TORCH_DTYPE"
 export CUDA_VISIBLE_DEVICES PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"

@@ -131,3 +131,24 @@ def test_swift_model_args_follow_the_agents_architecture(tmp_path):
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(ConfigError, match="model_type 'gpt2'.*--model-type and --template"):
         swift_model_args(tmp_path / "gpt2")
+
+
+def test_weights_stay_float32_unless_deepspeed_keeps_a_float32_copy(tmp_path):
+    """An optimizer stepping bfloat16 weights itself rounds away steps below ~1/256 of a weight: at GRPO rates the
+    agent does not move. So on GPU the weights are float32 (bf16 compute) unless DeepSpeed holds master weights,
+    and forcing bfloat16 without it is flagged."""
+    from textwm.rl.launch import low_precision_weights
+
+    data = tmp_path / "rl.jsonl"
+    data.write_text(json.dumps({"task_id": "boil_v0"}) + "\n")
+    gpu = GRPOConfig(env="sciworld", data=str(data), num_gpus=1, swift="swift")
+    argv = gpu.argv()
+    assert (_flag(argv, "--torch_dtype"), _flag(argv, "--bf16"), _flag(argv, "--fp16")) == ("float32", "true", "false")
+    assert not low_precision_weights(gpu)
+    zero = GRPOConfig(env="sciworld", data=str(data), num_gpus=2, deepspeed="zero2", swift="swift")
+    assert _flag(zero.argv(), "--torch_dtype") == "bfloat16" and "--bf16" not in zero.argv()
+    assert not low_precision_weights(zero)
+    forced = GRPOConfig(env="sciworld", data=str(data), num_gpus=1, torch_dtype="bfloat16", swift="swift")
+    assert low_precision_weights(forced) and "--bf16" not in forced.argv()
+    cpu = GRPOConfig(env="sciworld", data=str(data), num_gpus=0, swift="swift")
+    assert _flag(cpu.argv(), "--torch_dtype") == "float32" and "--bf16" not in cpu.argv()

@@ -95,7 +95,11 @@ def test_grpo_under_the_papers_name(tmp_path, script, cvd, expected):
     assert res.returncode == 0, res.stderr
     argv = res.stdout.split()
     assert argv[:4] == ["swift", "rlhf", "--rlhf_type", "grpo"] and _flag(argv, "--dataset") == str(data)
-    assert (_flag(argv, "--torch_dtype"), _flag(argv, "--use_vllm")) == ("bfloat16", "true")
+    # float32 master weights (bf16 compute) unless DeepSpeed keeps them: the paper's scripts stepped bf16 weights
+    # themselves, which loses updates at these learning rates.
+    deepspeed = "--deepspeed" in argv
+    assert (_flag(argv, "--torch_dtype"), _flag(argv, "--use_vllm")) == ("bfloat16" if deepspeed else "float32", "true")
+    assert ("--bf16" in argv) != deepspeed
     _check(argv, expected)
 
 
@@ -109,7 +113,7 @@ def test_sft_under_the_papers_name(tmp_path, script, expected):
     assert res.returncode == 0, res.stderr
     argv = res.stdout.split()
     assert argv[:2] == ["swift", "sft"] and _flag(argv, "--dataset") == str(data)
-    assert _flag(argv, "--torch_dtype") == "bfloat16" and "--deepspeed" not in argv
+    assert _flag(argv, "--torch_dtype") == "float32" and _flag(argv, "--bf16") == "true" and "--deepspeed" not in argv
     _check(argv, expected)
 
 
@@ -125,7 +129,7 @@ def test_preset_gpu_count_follows_cuda_visible_devices(tmp_path, script, cvd, de
     assert res.returncode == 0, res.stderr
     argv = res.stdout.split()
     assert (argv[argv.index("--deepspeed") + 1] if "--deepspeed" in argv else None) == deepspeed
-    assert _flag(argv, "--torch_dtype") == ("float32" if cvd == "" else "bfloat16")
+    assert _flag(argv, "--torch_dtype") == ("bfloat16" if deepspeed else "float32")
 
 
 def _launcher_copy(tmp_path: Path, *scripts: str) -> Path:

@@ -24,8 +24,10 @@ of one regime: ``convert`` when it ran (the recipe the paper's models come from)
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +55,9 @@ def served_model(comparison: Any, arm: Any) -> Path:
 
 
 def sft_agent(comparison: Any) -> Path:
-    return sft_agent_path(comparison.path("agent"))
+    """The agent Stage 2 starts from: the SFT stop chosen on the calibration rows, else the last SFT step."""
+    stop = comparison.state["done"].get("agent/sft_stop")
+    return Path(stop["agent"]) if stop else sft_agent_path(comparison.path("agent"))
 
 
 def run_stage2(comparison: Any) -> None:
@@ -71,74 +75,167 @@ def run_stage2(comparison: Any) -> None:
         comparison._step(key, work)
 
 
+#: The held-out task rows the calibration set takes (``calibration_episodes``), beside Stage 2's other files.
+CALIBRATION_FILE = "rl_calibration.jsonl"
+
+
 def agent_data(comparison: Any, name: str) -> Path:
-    """Stage 2's copy of ``data/<name>`` (one of :data:`AGENT_FILES`): the file itself, or with ``agent_tasks``
-    the rows of those task types alone (``stage2_data/<name>``, written by :func:`run_stage2`)."""
-    return comparison.path("stage2_data" if comparison.config.agent_tasks else "data", name)
+    """Stage 2's copy of ``data/<name>`` (one of :data:`AGENT_FILES`, or :data:`CALIBRATION_FILE`): the file
+    itself, or with ``agent_tasks`` or a calibration set ``stage2_data/<name>`` (written by :func:`run_stage2`):
+    those task types' rows, the held-out rows less the calibration rows."""
+    c = comparison.config
+    return comparison.path("stage2_data" if c.agent_tasks or c.calibration_episodes else "data", name)
 
 
 def _write_agent_data(comparison: Any) -> None:
     """With ``agent_tasks``: keep those task types' rows of the task rows and demos (the world models still learned
-    every type). A type with no row is refused, naming the types the file has."""
+    every type); a type with no row is refused, naming the types the file has. With ``calibration_episodes``: the
+    N held-out rows (a seeded sample) become the calibration set, the rest stay the held-out rows of the final runs."""
+    from textwm.data.jsonl import read_jsonl, write_jsonl
     from textwm.envs.registry import get_env
     from textwm.envs.task_types import write_agent_files
 
     c = comparison.config
+    data, out = comparison.path("data"), comparison.path("stage2_data")
     if c.agent_tasks:
-        write_agent_files(get_env(c.env), comparison.path("data"), comparison.path("stage2_data"), c.agent_tasks)
+        write_agent_files(get_env(c.env), data, out, c.agent_tasks)
+    elif c.calibration_episodes:
+        out.mkdir(exist_ok=True)
+        for name in AGENT_FILES:
+            shutil.copyfile(data / name, out / name)
+    if c.calibration_episodes:      # the same seeded split on every (re)run: the files are written anew each time
+        held_out = read_jsonl(out / "rl_test.jsonl").rows
+        if len(held_out) <= c.calibration_episodes:
+            raise ComparisonError(f"{out / 'rl_test.jsonl'} has {len(held_out)} held-out task rows: the calibration "
+                                  f"set takes {c.calibration_episodes} and the final runs need the rest; build more "
+                                  "held-out variations or lower --calibration-episodes")
+        # A seeded sample, not the first rows: held-out files are often grouped by task type.
+        chosen = set(random.Random(c.seed).sample(range(len(held_out)), c.calibration_episodes))
+        write_jsonl(out / CALIBRATION_FILE, [r for i, r in enumerate(held_out) if i in chosen])
+        write_jsonl(out / "rl_test.jsonl", [r for i, r in enumerate(held_out) if i not in chosen])
 
 
 def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
     """Stage 2's steps in order: each one's state key and its work."""
-    sft = sft_agent(comparison)
-    plan = [("agent/sft", lambda: train_agent(comparison)),
-            ("agent/eval/sft", lambda: eval_agent(comparison, sft, "sft"))]
-    for arm in wm_arms(comparison):
-        name = f"grpo_{arm.folder}"
-        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
-                 (f"grpo/{arm.name}", lambda arm=arm, name=name: grpo_in_arm(comparison, arm, name)),
-                 (f"agent/eval/{name}", lambda name=name: eval_agent(comparison, comparison.path("agent", name), name))]
-    if "real" in comparison.config.grpo_families:
-        plan += [("grpo/real", lambda: grpo_in_real(comparison)),
-                 ("agent/eval/grpo_real", lambda: eval_agent(comparison, comparison.path("agent", "grpo_real"),
-                                                             "grpo_real"))]
+    c = comparison.config
+    plan = [("agent/sft", lambda: train_agent(comparison))]
+    if c.agent_sft_checkpoints > 1:
+        plan.append(("agent/sft_stop", lambda: choose_sft_stop(comparison)))
+    plan.append(("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft")))
+    arms = {arm.name: arm for arm in wm_arms(comparison)}
+    for arm in arms.values():
+        plan.append((f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)))
+    for agent in grpo_agents(comparison):
+        arm = arms.get(agent.label)
+        work = ((lambda a=agent: grpo_in_real(comparison, a)) if arm is None else
+                (lambda a=agent, arm=arm: grpo_in_arm(comparison, arm, a)))
+        plan += [(agent.grpo_key, work),
+                 (f"agent/eval/{agent.name}", lambda a=agent: eval_agent(comparison, comparison.path("agent", a.name),
+                                                                          a.name))]
+        if c.calibration_episodes:
+            plan.append((f"calibration/{agent.name}", lambda a=agent: calibration_curve(comparison, a)))
     plan.append(("agent/paired", lambda: paired_results(comparison)))
     return plan
 
 
-def grpo_agents(comparison: Any) -> list[tuple[str, str, str, str]]:
-    """(agent name, where it was trained: a world model's family or ``real``, that arm's name, its GRPO step's key)
-    of every GRPO agent of Stage 2 (one regime's world models), the real env last."""
-    agents = [(f"grpo_{arm.folder}", arm.family, arm.name, f"grpo/{arm.name}") for arm in wm_arms(comparison)]
-    real = [("grpo_real", "real", "the real env", "grpo/real")] if "real" in comparison.config.grpo_families else []
-    return agents + real
+@dataclass(frozen=True)
+class GRPOAgent:
+    """One GRPO run of Stage 2 and the agent it trains."""
+
+    #: The agent's name (its folder under ``agent/``): ``grpo_<arm folder>``, ``grpo_real``; ``_seed<N>`` after
+    #: the first seed.
+    name: str
+    #: Where it was trained: a world model's family, or ``real``.
+    inside: str
+    #: That arm's name (``the real env`` for real).
+    label: str
+    #: Its GRPO step's state key.
+    grpo_key: str
+    seed: int
+
+
+def grpo_agents(comparison: Any) -> list[GRPOAgent]:
+    """Every GRPO run of Stage 2 (one regime's world models, then the real env), one per seed."""
+    c = comparison.config
+    where = [(f"grpo_{arm.folder}", arm.family, arm.name, f"grpo/{arm.name}") for arm in wm_arms(comparison)]
+    if "real" in c.grpo_families:
+        where.append(("grpo_real", "real", "the real env", "grpo/real"))
+    first = c.grpo_seeds[0]
+    return [GRPOAgent(name if seed == first else f"{name}_seed{seed}", inside, label,
+                      key if seed == first else f"{key}/seed{seed}", seed)
+            for name, inside, label, key in where for seed in c.grpo_seeds]
 
 
 def train_agent(comparison: Any) -> dict[str, Any]:
     from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
 
     c = comparison.config
+    every = c.agent_sft_steps // c.agent_sft_checkpoints if c.agent_sft_checkpoints > 1 else 0
     return train_agent_on_demos(AgentSFT(
         demos=str(agent_data(comparison, "sft_train.jsonl")), tasks=str(agent_data(comparison, "rl_train.jsonl")),
         out=str(comparison.path("agent")), steps=c.agent_sft_steps, size=c.agent_size, vocab_size=c.agent_vocab_size,
         cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed,
-        init=c.agent_init))
+        init=c.agent_init, save_every=max(1, every) if every else 0))
 
 
-def _evaluate(comparison: Any, agent_path: Any, name: str, **wm: Any) -> dict[str, Any]:
-    """``textwm.eval.run`` of an agent on the held-out task rows: the real env alone, or with ``wm`` (the
-    endpoint and its settings) also in the world model and replayed."""
+def choose_sft_stop(comparison: Any) -> dict[str, Any]:
+    """The SFT agent Stage 2 starts from: each kept SFT step on the calibration rows, in step order, up to the
+    first whose success reaches ``agent_target_success`` (an agent with real success that leaves room to
+    improve); when none does, the most successful (the earliest of equals)."""
+    from textwm.training.agent_sft import sft_checkpoints
+
+    c = comparison.config
+    tried = []
+    for step, folder in sft_checkpoints(comparison.path("agent")):
+        real = _calibration_run(comparison, folder, f"sft_step{step}")
+        tried.append({"step": step, "agent": str(folder), **real})
+        if real["success_rate"] >= c.agent_target_success:
+            break
+    if not tried:
+        raise ComparisonError(f"agent SFT kept no checkpoint under {comparison.path('agent', 'sft')}")
+    chosen = next((t for t in tried if t["success_rate"] >= c.agent_target_success),
+                  max(tried, key=lambda t: (t["success_rate"], -t["step"])))
+    return {"agent": chosen["agent"], "step": chosen["step"], "target_success": c.agent_target_success,
+            "tried": [{k: t[k] for k in ("step", "episodes", "successes", "success_rate")} for t in tried]}
+
+
+def _evaluate(comparison: Any, agent_path: Any, name: str, *, rows: str = "rl_test.jsonl", out: str = "agent_eval",
+              **wm: Any) -> dict[str, Any]:
+    """``textwm.eval.run`` of an agent on the held-out task ``rows`` (Stage 2's copy, the first ``agent_episodes``
+    of them): the real env alone, or with ``wm`` (the endpoint and its settings) also in the world model and
+    replayed."""
     from textwm.eval.run import EvalConfig, run
 
     c = comparison.config
-    return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path("agent_eval", name)),
-                          rows=str(agent_data(comparison, "rl_test.jsonl")), episodes=c.agent_episodes,
+    return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path(out, name)),
+                          rows=str(agent_data(comparison, rows)), episodes=c.agent_episodes,
                           max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path), **wm))
 
 
 def eval_agent(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
     out = _evaluate(comparison, agent_path, name)
     return {k: out["real"].get(k) for k in REAL_FIELDS}
+
+
+def _calibration_run(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
+    """An agent on the calibration rows (``calibration/<name>``)."""
+    out = _evaluate(comparison, agent_path, name, rows=CALIBRATION_FILE, out="calibration")
+    return {k: out["real"].get(k) for k in ("episodes", "successes", "success_rate", "success_ci95")}
+
+
+def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
+    """Real success on the calibration rows of the agent Stage 2 started from (step 0) and of every agent the GRPO
+    run kept (every ``calibration_every`` steps)."""
+    from textwm.rl.in_wm import grpo_checkpoints
+
+    done = comparison.state["done"]
+    start = done.get("agent/sft_stop")
+    chosen = next((t for t in start["tried"] if t["step"] == start["step"]), None) if start else None
+    points = [{**(chosen or _calibration_run(comparison, sft_agent(comparison), "sft")), "step": 0}]
+    for step, folder in grpo_checkpoints(Path(done[agent.grpo_key]["run_dir"])):
+        points.append({"step": step, **_calibration_run(comparison, folder, f"{agent.name}_step{step}")})
+    return {"agent": agent.name, "points": [{k: p[k] for k in ("step", "episodes", "successes", "success_rate")}
+                                           for p in points]}
 
 
 def _served(comparison: Any, arm: Any) -> Any:
@@ -165,17 +262,17 @@ def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
     return {"world_model": arm.name, **{k: fidelity[k] for k in ("real", "wm", "w2r", "cr", "cr_note")}}
 
 
-def grpo_in_arm(comparison: Any, arm: Any, name: str) -> dict[str, Any]:
+def grpo_in_arm(comparison: Any, arm: Any, agent: GRPOAgent) -> dict[str, Any]:
     from textwm.rl.in_wm import run_grpo_in_wm
 
-    run = _grpo_run(comparison, name)
+    run = _grpo_run(comparison, agent)
     with _served(comparison, arm) as endpoint:
-        figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", arm.folder), comparison.path("agent", name),
-                                 comparison.path(f"grpo_{arm.folder}.log"))
-    return {"world_model": arm.name, **figures}
+        figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", agent.name), comparison.path("agent", agent.name),
+                                 comparison.path(f"{agent.name}.log"))
+    return {"world_model": arm.name, "seed": agent.seed, **figures}
 
 
-def _grpo_run(comparison: Any, name: str, **where: Any) -> Any:
+def _grpo_run(comparison: Any, agent: GRPOAgent, **where: Any) -> Any:
     """The Stage-2 GRPO run of the SFT agent (the same settings in every arm); ``where``: real-env rollouts."""
     import torch
 
@@ -185,21 +282,23 @@ def _grpo_run(comparison: Any, name: str, **where: Any) -> Any:
     return GRPOInWM(env=c.env, rows=str(agent_data(comparison, "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
                     steps=c.grpo_steps, turns=c.grpo_turns, wm_max_tokens=c.gen_length,
                     num_gpus=1 if torch.cuda.is_available() else 0, num_generations=c.grpo_generations,
-                    batch_size=c.grpo_generations, max_completion_length=c.grpo_completion_length,
-                    learning_rate=c.grpo_learning_rate, run_name=name, launcher="wm_comparison", **where)
+                    batch_size=c.grpo_generations * c.grpo_tasks_per_step, tasks_per_step=c.grpo_tasks_per_step,
+                    dynamic_sample=c.grpo_dynamic_sample, max_completion_length=c.grpo_completion_length,
+                    learning_rate=c.grpo_learning_rate, run_name=agent.name, launcher="wm_comparison",
+                    save_every=c.calibration_every if c.calibration_episodes else 0, seed=agent.seed, **where)
 
 
-def grpo_in_real(comparison: Any) -> dict[str, Any]:
+def grpo_in_real(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
     """GRPO with every rollout in a real env server (started for the step, ``env_port``): the upper reference."""
     from textwm.envs.local_server import local_env_server
     from textwm.rl.in_wm import run_grpo_in_wm
 
     c = comparison.config
     with local_env_server(c.env, port=c.env_port, workers=c.workers, log_dir=comparison.path("stack", "env")) as url:
-        run = _grpo_run(comparison, "grpo_real", rollout_env="real", real_env_url=url)
-        figures = run_grpo_in_wm(run, "", comparison.path("grpo", "real"), comparison.path("agent", "grpo_real"),
-                                 comparison.path("grpo_real.log"))
-    return {"world_model": "real env", **figures}
+        run = _grpo_run(comparison, agent, rollout_env="real", real_env_url=url)
+        figures = run_grpo_in_wm(run, "", comparison.path("grpo", agent.name), comparison.path("agent", agent.name),
+                                 comparison.path(f"{agent.name}.log"))
+    return {"world_model": "real env", "seed": agent.seed, **figures}
 
 
 def paired_results(comparison: Any) -> dict[str, Any]:
@@ -209,12 +308,22 @@ def paired_results(comparison: Any) -> dict[str, Any]:
 
     c, done = comparison.config, comparison.state["done"]
     before = load_episodes(comparison.path("agent_eval", "sft"))
-    arms, summary = {}, {}
-    for name, inside, label, grpo_key in grpo_agents(comparison):
-        result = compare(before, load_episodes(comparison.path("agent_eval", name)), seed=c.seed).to_dict()
-        arms[name] = {"inside": label, **result}
-        summary[inside] = {"episodes": result["episodes"], "success_before": result["successes_before"],
-                           "success_after": result["successes_after"], "p_value": result["p_value"],
-                           "steps": len((done.get(grpo_key) or {}).get("reward_per_step") or []), "seeds": [c.seed]}
+    agents, by_arm = {}, {}
+    for agent in grpo_agents(comparison):
+        after = load_episodes(comparison.path("agent_eval", agent.name))
+        agents[agent.name] = {"inside": agent.label, "seed": agent.seed, **compare(before, after, seed=c.seed).to_dict()}
+        by_arm.setdefault(agent.inside, []).append((agent, after))
+    summary = {}
+    for inside, runs in by_arm.items():
+        # The seeds' runs against the one SFT run, pooled as pairs: each (task, seed) pair once.
+        tag = lambda episodes, seed: [{**e, "episode_id": f"{e['episode_id']}#seed{seed}"} for e in episodes]  # noqa: E731
+        pooled = compare([e for a, _ in runs for e in tag(before, a.seed)],
+                         [e for a, after in runs for e in tag(after, a.seed)], seed=c.seed).to_dict()
+        summary[inside] = {"episodes": pooled["episodes"], "success_before": pooled["successes_before"],
+                           "success_after": pooled["successes_after"], "p_value": pooled["p_value"],
+                           "steps": len((done.get(runs[0][0].grpo_key) or {}).get("reward_per_step") or []),
+                           "seeds": [a.seed for a, _ in runs],
+                           "per_seed": [{"seed": a.seed, "success_after": agents[a.name]["successes_after"],
+                                         "p_value": agents[a.name]["p_value"]} for a, _ in runs]}
     write_json(comparison.path("stage2_summary.json"), {"env": c.env, "arms": summary})
-    return {"agents": arms}
+    return {"agents": agents, "arms": summary}

@@ -127,12 +127,12 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
         import matplotlib
     except ImportError:
         return None
-    from textwm.experiments.comparison_agents import wm_arms
+    from textwm.experiments.comparison_agents import grpo_agents, wm_arms
 
     done = comparison.state["done"]
     agents = [("before GRPO", done.get("agent/eval/sft"))]
-    agents += [(f"GRPO in {a.name}", done.get(f"agent/eval/grpo_{a.folder}")) for a in wm_arms(comparison)]
-    agents += [("GRPO in the real env", done.get("agent/eval/grpo_real"))]
+    agents += [(f"GRPO in {a.label}" + (f", seed {a.seed}" if len(comparison.config.grpo_seeds) > 1 else ""),
+                done.get(f"agent/eval/{a.name}")) for a in grpo_agents(comparison)]
     agents = [(label, r) for label, r in agents if r]
     fidelity = [(a.name, done[f"fidelity/{a.name}"]) for a in wm_arms(comparison) if f"fidelity/{a.name}" in done]
     if not agents:
@@ -148,7 +148,7 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     ax = axes[0][0]
     for i, (_, record) in enumerate(agents):
         bar(ax, i, record, 0.6, f"C{i}")
-    ax.set_xticks(range(len(agents)), [label for label, _ in agents])
+    ax.set_xticks(range(len(agents)), [label for label, _ in agents], rotation=20, ha="right", fontsize=8)
     ax.set_title("real-env success (95% Wilson interval)")
     ax.set_ylim(0, 1)
     if fidelity:
@@ -166,6 +166,68 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     return path
 
 
+#: The per-step curves of a GRPO run (textwm.rl.in_wm.step_records) charted by :func:`grpo_steps_chart`.
+STEP_CURVES = (("reward", "mean reward"), ("zero_spread", "groups with no reward spread"), ("entropy", "token entropy"),
+               ("kl", "KL to the start"))
+
+
+def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
+    """Each GRPO run's curves per optimizer step (:data:`STEP_CURVES`) and its agents' real success on the
+    calibration rows; None when matplotlib is missing or no GRPO run is done."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    from textwm.experiments.comparison_agents import grpo_agents
+
+    done = comparison.state["done"]
+    runs = [(a, done[a.grpo_key]) for a in grpo_agents(comparison) if done.get(a.grpo_key, {}).get("steps")]
+    if not runs:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(STEP_CURVES) + 1, figsize=(4 * (len(STEP_CURVES) + 1), 3.4))
+    for i, (agent, record) in enumerate(runs):
+        for ax, (key, title) in zip(axes, STEP_CURVES):
+            points = [(s["step"], s[key]) for s in record["steps"] if s.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points), color=f"C{i}", label=agent.name, linewidth=1)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+        curve = done.get(f"calibration/{agent.name}")
+        if curve:
+            axes[-1].plot([p["step"] for p in curve["points"]], [p["success_rate"] for p in curve["points"]],
+                          marker="o", color=f"C{i}", label=agent.name)
+    axes[-1].set_title("real success, calibration rows", fontsize=9)
+    axes[-1].set_ylim(0, 1)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _calibration_lines(comparison: Any) -> list[str]:
+    """The SFT stop chosen on the calibration rows, and each GRPO run's calibration curve, as text."""
+    from textwm.experiments.comparison_agents import grpo_agents
+
+    c, done = comparison.config, comparison.state["done"]
+    lines = []
+    stop = done.get("agent/sft_stop")
+    if stop:
+        tried = ", ".join(f"step {t['step']}: {t['successes']}/{t['episodes']}" for t in stop["tried"])
+        lines.append(f"SFT stop, chosen on the {c.calibration_episodes} calibration rows (the first kept step with "
+                     f"success >= {stop['target_success']:g}, else the most successful): step {stop['step']} "
+                     f"({tried}).")
+    for agent in grpo_agents(comparison):
+        curve = done.get(f"calibration/{agent.name}")
+        if curve:
+            lines.append(f"`{agent.name}` on the calibration rows by GRPO step: "
+                         + ", ".join(f"{p['step']}: {p['successes']}/{p['episodes']}" for p in curve["points"]) + ".")
+    return [*lines, ""] if lines else []
+
+
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
     from textwm.eval.episodes import fmt_ci
@@ -174,7 +236,8 @@ def stage2_section(comparison: Any) -> list[str]:
     c, done = comparison.config, comparison.state["done"]
     if not c.stage2:
         return []
-    title = "## Stage 2: GRPO inside each world model, success in the real env\n"
+    title = ("## Stage 2: GRPO inside each world model, success in the real env\n" if wm_arms(comparison) else
+             "## Stage 2: GRPO in the real env, success in the real env\n")
     missing = [key for key, _ in stage2_plan(comparison) if key not in done]
     not_run = [f"Not run yet: {', '.join(f'`{key}`' for key in missing)}.\n"] if missing else []
     if "agent/sft" not in done:
@@ -184,18 +247,21 @@ def stage2_section(comparison: Any) -> list[str]:
              f"{f'The agent `{c.agent_init}`' if c.agent_init else f'One AR agent (`{c.agent_size}` shape)'} "
              f"trained on {sft['demos']} gold demos ({sft['turn_rows']} "
              f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
-             f"steps of up to {c.grpo_turns} turns inside each world model"
-             f"{' and in the real env' if 'real' in c.grpo_families else ''} (the env's local responder first; "
-             f"{c.grpo_generations} rollouts per task, {c.grpo_completion_length} tokens per reply, learning rate "
-             f"{c.grpo_learning_rate:g}). "
+             f"steps of up to {c.grpo_turns} turns "
+             + " and ".join((["inside each world model (the env's local responder first)"] if wm_arms(comparison)
+                             else []) + (["in the real env"] if "real" in c.grpo_families else []))
+             + " ("
+             f"{c.grpo_generations} rollouts per task, {c.grpo_tasks_per_step} task(s) per step, dynamic sampling "
+             f"{'on' if c.grpo_dynamic_sample else 'off'}, {c.grpo_completion_length} tokens per reply, learning "
+             f"rate {c.grpo_learning_rate:g}, seeds {', '.join(map(str, c.grpo_seeds))}). "
              f"Task types: {', '.join(c.agent_tasks) if c.agent_tasks else 'every type of the data'}. "
              f"Real env: {_real_episodes(done)} held-out task rows (at most {c.agent_episodes}), up to "
              f"{c.agent_turns} turns, greedy.\n",
              "| agent | GRPO inside | episodes | successes | success rate | 95% interval (Wilson) | mean score | "
              "failed episodes (agent / env errors), unparseable replies | reward per GRPO step | "
-             "WM-answered / local steps, WM errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "WM-answered / local steps, WM errors | GRPO seconds |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = [("sft", "none (before GRPO)", "agent/eval/sft", None)]
-    rows += [(name, label, f"agent/eval/{name}", grpo_key) for name, _, label, grpo_key in grpo_agents(comparison)]
+    rows += [(a.name, a.label, f"agent/eval/{a.name}", a.grpo_key) for a in grpo_agents(comparison)]
     for name, inside, key, grpo_key in rows:
         if key not in done:
             continue
@@ -205,10 +271,11 @@ def stage2_section(comparison: Any) -> list[str]:
         lines.append(f"| {name} | {inside} | {r['episodes']} | {r['successes']} | {_fmt(r['success_rate'])} | "
                      f"{fmt_ci(r.get('success_ci95'))} | {_fmt(r['mean_score'])} | "
                      f"{r.get('agent_errors')} / {r.get('env_errors')}, {r.get('unparseable_replies')} | "
-                     f"{g.get('reward_per_step', '')} | {steps} |")
-    lines += ["", "The SFT agent as the fixed agent, with each world model (Word2World fidelity: WM = success "
-              "inside the world model, W2R = the WM episodes' actions replayed in the real env, CR = W2R / Real):\n",
-              "| world model | Real | WM | W2R | CR | WM errors |", "|---|---|---|---|---|---|"]
+                     f"{_reward_trend(g.get('reward_per_step') or [])} | {steps} | {g.get('seconds', '')} |")
+    if wm_arms(comparison):
+        lines += ["", "The SFT agent as the fixed agent, with each world model (Word2World fidelity: WM = success "
+                  "inside the world model, W2R = the WM episodes' actions replayed in the real env, CR = W2R / "
+                  "Real):\n", "| world model | Real | WM | W2R | CR | WM errors |", "|---|---|---|---|---|---|"]
     for arm in wm_arms(comparison):
         f = done.get(f"fidelity/{arm.name}")
         if f:
@@ -230,8 +297,23 @@ def stage2_section(comparison: Any) -> list[str]:
             lines.append(f"| {name} | {p['inside']} | {p['successes_before']} -> {p['successes_after']} of "
                          f"{p['episodes']} | {p['difference']:+.3f} {fmt_ci(p['difference_ci95'])} | "
                          f"{p['only_after']} / {p['only_before']} | {p['p_value']:.3g} |")
+        for inside, arm in paired.get("arms", {}).items():
+            if len(arm["seeds"]) > 1:
+                lines.append(f"| all seeds pooled ({', '.join(map(str, arm['seeds']))}) | {inside} | "
+                             f"{arm['success_before']} -> {arm['success_after']} of {arm['episodes']} (pairs) | | | "
+                             f"{arm['p_value']:.3g} |")
     chart = stage2_chart(comparison, comparison.path("stage2.png"))
-    return [*lines, "", *([f"![Stage 2]({chart.name})\n"] if chart else [])]
+    steps_chart = grpo_steps_chart(comparison, comparison.path("stage2_steps.png"))
+    return [*lines, "", *_calibration_lines(comparison), *([f"![Stage 2]({chart.name})\n"] if chart else []),
+            *([f"![GRPO per step]({steps_chart.name})\n"] if steps_chart else [])]
+
+
+def _reward_trend(rewards: list[float], window: int = 10) -> str:
+    """A run's reward per step: every value for a short run, else the mean of its first and last ``window`` steps."""
+    if len(rewards) <= window:
+        return ", ".join(f"{r:g}" for r in rewards)
+    first, last = sum(rewards[:window]) / window, sum(rewards[-window:]) / window
+    return f"{first:.3f} (first {window} steps) -> {last:.3f} (last {window})"
 
 
 def _real_episodes(done: dict[str, Any]) -> Any:
@@ -244,6 +326,10 @@ def write_report(comparison: Any) -> Path:
 
     c, done = comparison.config, comparison.state["done"]
     out = comparison.path("report.md")
+    if not c.stage1:
+        with atomic_write(out) as f:
+            f.write("\n".join([f"# Stage 2 alone: GRPO in the real env ({c.env})\n", *stage2_section(comparison)]))
+        return out
     if c.init:
         from textwm.experiments.pretrained_report import section
 

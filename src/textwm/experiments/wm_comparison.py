@@ -65,14 +65,16 @@ log = logging.getLogger(__name__)
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
 NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
-STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len", "agent_sft_steps",
-                   "agent_learning_rate", "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate",
-                   "grpo_generations", "grpo_completion_length", "agent_episodes", "agent_turns", "workers")
+STAGE2_SETTINGS = ("stage2", "stage1", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
+                   "agent_sft_steps", "agent_sft_checkpoints", "agent_target_success", "agent_learning_rate",
+                   "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate", "grpo_generations",
+                   "grpo_tasks_per_step", "grpo_dynamic_sample", "grpo_seeds", "grpo_completion_length",
+                   "calibration_episodes", "calibration_every", "agent_episodes", "agent_turns", "workers")
 #: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
 #: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
 EPOCH_SETTINGS = ("max_epochs", "patience")
 #: The state keys of Stage 2's steps.
-STAGE2_STEPS = ("agent/", "fidelity/", "grpo/")
+STAGE2_STEPS = ("agent/", "fidelity/", "grpo/", "calibration/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
 ARM_RECORD = "train_record.json"
 #: Where :meth:`Comparison.run` may stop.
@@ -124,6 +126,9 @@ class ComparisonConfig:
     # Stage 2 (textwm.experiments.comparison_agents): a small agent SFT'd on the gold demos, then GRPO inside the
     # world model of each of grpo_families, each agent scored in the real env.
     stage2: bool = True
+    #: False: Stage 2 alone, with no world model trained (``grpo_families`` the real env only): the reference arm
+    #: of GRPO in the real env, on a machine or in a lease of its own.
+    stage1: bool = True
     #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
     #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
     #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
@@ -135,6 +140,11 @@ class ComparisonConfig:
     agent_vocab_size: int = 1024
     agent_cutoff_len: int = 3072
     agent_sft_steps: int = 300
+    #: > 1: the SFT agent is kept at this many evenly spaced steps and Stage 2 starts from the earliest whose
+    #: success on the calibration rows reaches ``agent_target_success`` (an agent that leaves room to improve;
+    #: the most successful one when none does). Needs ``calibration_episodes``.
+    agent_sft_checkpoints: int = 1
+    agent_target_success: float = 0.2
     agent_learning_rate: float = 3e-3
     grpo_families: tuple[str, ...] = ("ar", "sdar")
     grpo_steps: int = 20
@@ -144,7 +154,19 @@ class ComparisonConfig:
     grpo_learning_rate: float = 1e-4
     #: Rollouts per task row (GRPO's group) and the agent's tokens per reply in them (a gold action is <= ~25 words).
     grpo_generations: int = 4
+    #: Tasks (groups of ``grpo_generations`` rollouts) per optimizer step.
+    grpo_tasks_per_step: int = 1
+    #: ms-swift's dynamic sampling: groups whose rollouts all got the same reward are regenerated (counted).
+    grpo_dynamic_sample: bool = False
+    #: One GRPO run per seed in each arm (its rollouts' sampling and data order); agents after the first seed's
+    #: are named ``<agent>_seed<N>``.
+    grpo_seeds: tuple[int, ...] = (0,)
     grpo_completion_length: int = 48
+    #: N held-out task rows (a seeded sample) are the calibration set, kept out of the final real-env runs: the SFT
+    #: stop (``agent_sft_checkpoints``) is chosen on them and each GRPO run's agents are run on them every
+    #: ``calibration_every`` steps (a success curve over the run; nothing is chosen by it). 0: none.
+    calibration_episodes: int = 0
+    calibration_every: int = 25
     #: Real-env episodes per agent: the first N held-out task rows (all of them when there are fewer).
     agent_episodes: int = 30
     #: Turns per real-env episode: the default agent tasks' gold runs take 1-7 actions.
@@ -168,6 +190,16 @@ class ComparisonConfig:
         if self.init and (not self.temperatures or min(self.temperatures) <= 0 or not self.sdar_denoising_steps
                           or min(self.sdar_denoising_steps) < 1 or self.max_epochs < 1 or self.patience < 1):
             raise ValueError("temperatures must be > 0, sdar_denoising_steps, max_epochs and patience >= 1")
+        if not self.stage1 and not (self.stage2 and set(self.grpo_families) == {"real"}):
+            raise ValueError("Stage 2 alone (stage1 off) trains no world model: it needs stage2 on and grpo_families "
+                             f"real alone, got stage2 {self.stage2}, grpo_families {' '.join(self.grpo_families)}")
+        if self.agent_sft_checkpoints > 1 and not self.calibration_episodes:
+            raise ValueError("agent_sft_checkpoints > 1 picks the SFT stop on the calibration rows: set "
+                             "calibration_episodes")
+        if not self.grpo_seeds or len(set(self.grpo_seeds)) != len(self.grpo_seeds):
+            raise ValueError(f"grpo_seeds must be distinct and at least one, got {self.grpo_seeds}")
+        if not 0 <= self.agent_target_success <= 1:
+            raise ValueError(f"agent_target_success must be in [0, 1], got {self.agent_target_success}")
         if self.stage2 and not set(self.grpo_families) <= {*self.families, "real"}:
             raise ValueError(f"grpo_families ({' '.join(self.grpo_families)}) must be among the families trained "
                              f"({' '.join(self.families)}), or real (GRPO in the real env)")
@@ -176,7 +208,8 @@ class ComparisonConfig:
                              f"got {self.head_start}")
         for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
                      "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns",
-                     "grpo_generations", "grpo_completion_length"):
+                     "grpo_generations", "grpo_completion_length", "grpo_tasks_per_step", "agent_sft_checkpoints",
+                     "calibration_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature <= 0:
@@ -198,7 +231,9 @@ class ComparisonConfig:
             settings.update(regimes=("pretrained",), stage2=False, batch_size=32, learning_rate=1e-4,
                             eval_rows=1000, per_batch=64, samples=2, agent_init=overrides["init"],
                             agent_learning_rate=2e-5, grpo_learning_rate=1e-6, grpo_generations=8, grpo_steps=100,
-                            grpo_families=("ar", "sdar", "real"), agent_episodes=200)
+                            grpo_tasks_per_step=4, grpo_dynamic_sample=True, grpo_seeds=(0, 1),
+                            grpo_families=("ar", "sdar", "real"), agent_episodes=200, calibration_episodes=30,
+                            agent_sft_checkpoints=4)
         if smoke:
             settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
                             save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
@@ -208,7 +243,8 @@ class ComparisonConfig:
             if overrides.get("init"):
                 settings.update(regimes=("pretrained",), stage2=False, batch_size=4, learning_rate=1e-4,
                                 eval_rows=8, max_epochs=2, temperatures=(0.7,), bootstrap=50, per_batch=8,
-                                agent_init=overrides["init"], agent_learning_rate=1e-4, grpo_learning_rate=1e-5)
+                                agent_init=overrides["init"], agent_learning_rate=1e-4, grpo_learning_rate=1e-5,
+                                calibration_episodes=1, calibration_every=1, agent_sft_checkpoints=2)
         return cls(**{**settings, **overrides})
 
     @property
@@ -322,6 +358,8 @@ class Comparison:
         if until not in UNTIL:
             raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
         self._step("data", self.stage_data)
+        if not self.config.stage1:
+            return self._stage2_alone(until)
         self._step("init", self.stage_init)
         self.train_all()
         trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
@@ -366,12 +404,35 @@ class Comparison:
         self.echo(f"comparison finished: {report}")
         return report
 
+    def _stage2_alone(self, until: str) -> Path | None:
+        """``run`` with ``stage1`` off: Stage 2's steps (``agents``, ``report``), then the report (``report``,
+        ``scores``)."""
+        from textwm.experiments.comparison_agents import run_stage2
+        from textwm.experiments.comparison_report import write_report
+
+        if until in ("agents", "report"):
+            run_stage2(self)
+        if until in ("train", "generate", "agents"):
+            self.echo(f"Stage 2 alone: report with the same command without --until ({self.state_file})")
+            return None
+        report = write_report(self)
+        self.echo(f"Stage 2 report: {report}")
+        return report
+
     # --- data and the shared initialisation -----------------------------------------------------------
 
     def stage_data(self) -> dict[str, Any]:
         c = self.config
         data = self.path("data")
         data.mkdir(exist_ok=True)
+        if c.data_dir and not c.stage1:      # Stage 2 alone: the agent's files, no world-model rows
+            source = Path(c.data_dir)
+            for name in AGENT_FILES:
+                if not (source / name).is_file():
+                    raise ComparisonError(f"--data-dir {source} has no {name}, which Stage 2 needs (the env's "
+                                          "dataset builder writes it)")
+                shutil.copyfile(source / name, data / name)
+            return {"train_rows": 0, "eval_rows": 0, "source": c.data_dir}
         if c.data_dir:
             source = Path(c.data_dir)
             for name in ("wm_train.jsonl", "wm_test.jsonl"):

@@ -125,7 +125,8 @@ class GRPOConfig:
     output_dir: str = _knob("", "outputs (default: runs/<env>/<run name>)", "OUTPUT_DIR")
     num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
     master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
-    torch_dtype: str = _knob("", "default: bfloat16 on GPU, float32 on CPU", "TORCH_DTYPE")
+    torch_dtype: str = _knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
+                                 "DeepSpeed, which keeps float32 master weights)", "TORCH_DTYPE")
     use_vllm: bool | None = _knob(None, "rollouts with vLLM (default: on GPU)", "USE_VLLM")
     vllm_mode: str = _knob("colocate", "vLLM mode", "VLLM_MODE")
     vllm_gpu_memory_utilization: float = _knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")
@@ -227,7 +228,7 @@ class GRPOConfig:
         switch = get_env(self.env).replay_url_env
         return dataclasses.replace(
             self, num_gpus=self.gpus, run_name=run_name, output_dir=self.output_dir or f"runs/{self.env}/{run_name}",
-            torch_dtype=self.torch_dtype or ("bfloat16" if gpu else "float32"),
+            torch_dtype=self.torch_dtype or ("bfloat16" if gpu and self.deepspeed else "float32"),
             use_vllm=gpu if self.use_vllm is None else self.use_vllm,
             gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,
             report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "tensorboard"),
@@ -282,6 +283,8 @@ class GRPOConfig:
                 "--log_completions", "true", "--log_entropy", b(c.log_entropy), "--dynamic_sample", b(c.dynamic_sample),
                 "--max_resample_times", str(c.max_resample_times), "--report_to", c.report_to, "--run_name", c.run_name,
                 "--seed", str(c.seed), "--output_dir", c.output_dir]
+        if c.gpus and c.torch_dtype == "float32":      # float32 master weights, bf16 compute
+            argv += ["--bf16", "true", "--fp16", "false"]
         if c.model_type:
             argv += ["--model_type", c.model_type]
         if c.deepspeed:
@@ -328,6 +331,13 @@ class GRPOConfig:
         return env
 
 
+def low_precision_weights(config: GRPOConfig) -> bool:
+    """True when the optimizer would update 16-bit weights with no float32 master copy (no DeepSpeed): a full
+    fine-tune at an RL learning rate then loses most of its updates to rounding."""
+    c = config.resolved()
+    return c.torch_dtype in ("bfloat16", "float16") and not c.deepspeed
+
+
 def prepare_rows(config: GRPOConfig) -> None:
     """The prepass: every row of ``DATA`` that lacks a simulator start state gets one in the cache, built from
     the real env (once; a tqdm bar), so no trainer process bakes one. DataError naming the row when impossible."""
@@ -365,6 +375,11 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
     if c.num_gpus == 0:
         print(f"{name}: warning: no GPU (NUM_GPUS=0): CPU run in {c.torch_dtype} without vLLM; only tiny models "
               "are practical", file=sys.stderr)
+    if low_precision_weights(c):
+        print(f"{name}: warning: {c.torch_dtype} weights without DeepSpeed: the optimizer steps the {c.torch_dtype} "
+              f"weights themselves, and a step smaller than ~1/256 of a weight rounds to nothing (at lr {c.lr:g} "
+              "most do: the agent barely moves). Leave TORCH_DTYPE unset (float32 master weights, bf16 compute) or "
+              "set DEEPSPEED", file=sys.stderr)
     try:
         prepare_rows(c)
     except DataError as exc:

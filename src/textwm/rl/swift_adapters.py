@@ -460,8 +460,10 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
             return state
 
         async def on_trajectory_start(self, requests: list[Any]) -> None:
-            for request in requests:  # fail before any generation if a row cannot start
-                state = await asyncio.to_thread(self.episode_state, request)  # may bake a start state (seconds)
+            # Every episode starts at once (a real reset or a baked start takes ~0.1-1 s; a step's batch holds tasks
+            # x generations episodes), and a row that cannot start fails the batch before any generation.
+            states = await asyncio.gather(*(asyncio.to_thread(self.episode_state, r) for r in requests))
+            for request, state in zip(requests, states):
                 if state.get("messages"):      # a real reset the row's baked start does not describe
                     request.messages[:] = [dict(m) for m in state.pop("messages")]
 
