@@ -261,6 +261,10 @@ def test_swift_scheduler_and_reward_play_a_gold_episode(case, gold_wm, monkeypat
     (value,) = reward(["x"], rollout_infos=[infos])
     assert value == case.spec.reward(Outcome.from_dict(infos["outcome"])) and value > 0
     assert json.loads((tmp_path / "traj.jsonl").read_text())["reward"] == value
+    if case.spec.has_paper_reward:      # the paper's rule sees what it needs of the task in the rollout's infos
+        monkeypatch.setenv("TEXTWM_REWARD", "paper")
+        (paper,) = make_reward_class(case.spec)()(["x"], rollout_infos=[json.loads(json.dumps(infos))])
+        assert paper == case.spec.paper_reward(Outcome.from_dict(infos["outcome"]), infos) > 0
 
 
 def test_swift_scheduler_plays_real_rollouts_in_the_env_server(case, monkeypatch, tmp_path):

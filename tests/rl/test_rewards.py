@@ -36,6 +36,8 @@ def test_appworld_rewards_per_outcome(capsys):
     assert ours["nothing"] == ours["unparseable"] == 0.0
 
 
-def test_an_env_without_written_cases_says_so(capsys):
-    assert main(["--env", "appworld", "--reward", "paper"]) == 2
-    assert "not written for appworld" in capsys.readouterr().err
+def test_appworld_has_the_papers_rule_too(capsys):
+    assert main(["--env", "appworld", "--reward", "paper", "--json"]) == 0
+    paper = {r["outcome"]: r["reward"] for r in json.loads(capsys.readouterr().out)}
+    assert paper["success"] == 1.0 > paper["wrong number"] > paper["partial: records found, no answer"] > 0
+    assert paper["nothing"] == paper["unparseable"] == 0.0

@@ -282,8 +282,14 @@ class EnvSpec:
     def paper_reward(self, outcome: Outcome, episode: Mapping[str, Any]) -> float:
         """Hook: the paper's GRPO reward of an episode (``reward: paper``), where the env defines one
         (:attr:`has_paper_reward`). ``episode``: the rollout's infos (``actions``, None for an unparseable
-        reply; ``observations``; ``last_reply``, the agent's last reply as written)."""
+        reply; ``observations``; ``last_reply``, the agent's last reply as written; ``reward_context``, what
+        :meth:`reward_context` gave)."""
         raise NotImplementedError(f"{self.name}: the paper's reward rule is not written for this env; use ours")
+
+    def reward_context(self, episode: Any) -> dict[str, Any]:
+        """Hook: what :meth:`paper_reward` needs of the task beyond the trajectory (plain JSON data, carried in the
+        rollout's infos as ``reward_context``; AppWorld: the instruction and the accounts). Default: nothing."""
+        return {}
 
     def is_success(self, score: float) -> bool:
         return score >= self.success_score

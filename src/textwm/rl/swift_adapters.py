@@ -324,7 +324,8 @@ class EpisodeDriver:
                 "done": t["finished"], "end_reason": t["end_reason"], "outcome": dict(t["outcome"]),
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
                 "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {}),
-                "last_reply": t["replies"][-1] if t["replies"] else None}
+                "last_reply": t["replies"][-1] if t["replies"] else None,
+                "reward_context": self.spec.reward_context(self.spec.episode_from_dict(state["episode"]))}
 
 
 # --- trajectory log ------------------------------------------------------------------------------------

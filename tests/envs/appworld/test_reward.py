@@ -83,3 +83,67 @@ def test_a_refused_complete_task_completes_nothing():
     refused = [*fx.DEMO_STEPS, (fx.FINAL, '{"error": "Response status code is 422:\\n{\\"message\\":\\"x\\"}"}')]
     result = episode_outcome(rules_of(WORLD), [a for a, _ in refused], [o for _, o in refused])
     assert not result.done and result.score < 1.0
+
+
+# --- the paper's rule (reward: paper) -------------------------------------------------------------------
+
+def paper(steps, final=None, world=WORLD, last_reply=None, instruction=None):
+    from textwm.envs.appworld.reward import paper_reward
+
+    actions = [a for a, _ in steps] + ([final] if final else [])
+    observations = [o for _, o in steps] + ([COMPLETE_TASK_RESPONSE] if final else [])
+    reply = last_reply if last_reply is not None else (actions[-1] if actions and actions[-1] else "I give up.")
+    return paper_reward(rules_of(world), actions, observations, reply, instruction or world.instruction)
+
+
+def test_the_papers_rule_pays_the_same_for_a_clean_answer_and_takes_its_format_factor():
+    from textwm.envs.appworld.reward import format_factor
+
+    assert paper(fx.DEMO_STEPS, fx.FINAL) == 1.0
+    fenced = f"```json\n{fx.FINAL}\n```"
+    assert paper(fx.DEMO_STEPS, fx.FINAL, last_reply=fenced) == pytest.approx(0.4 * 0.4)   # fence, not JSON-first
+    assert format_factor(fx.FINAL.replace('"parameters"', '"arguments"'), True) == pytest.approx(0.7)
+    assert format_factor("[TOOL_CALLS]" + fx.FINAL, True) == 1.0 and format_factor("text", False) == 0.0
+
+
+ACTION_WORLD = parse_world(fx.WORLD_TEXT.replace("What is the title of", "Unfollow the artist of"), ground_truth="")
+LIKE = (fx.call("spotify__like_song", song_id=12), '{"message": "Song liked."}')
+
+
+def test_the_papers_action_rule_adds_the_completion_bonus_after_the_penalties():
+    # 5 working calls, 4 of them successful, records: 0.6 * 4/5 + 0.1; the real login +0.2; completed after a
+    # state change +0.3. Ours applies the penalties to the bonus too; with none, both give the same here.
+    steps = [*fx.DEMO_STEPS, LIKE]
+    expected = 0.6 * 5 / 6 + 0.1 + 0.2 + 0.3
+    assert paper(steps, fx.call("supervisor__complete_task"), ACTION_WORLD, instruction="Like my top song.") \
+        == pytest.approx(min(1.0, expected))
+    # Without the password lookup the x0.1 falls on the calls' credit only, not on the completion bonus.
+    no_lookup = steps[1:]
+    got = paper(no_lookup, fx.call("supervisor__complete_task"), ACTION_WORLD, instruction="Like my top song.")
+    assert got == pytest.approx((0.6 * 4 / 5 + 0.1) * 0.1 + 0.2 + 0.3)
+
+
+def test_the_papers_keyword_rule_stalling_and_giving_up():
+    steps = [*fx.DEMO_STEPS, LIKE]
+    done = fx.call("supervisor__complete_task")
+    uncapped = 0.6 * 5 / 6 + 0.1 + 0.2 + 0.3            # the cap at 1 comes last
+    assert paper(steps, done, ACTION_WORLD, instruction="Unlike my top song.") == pytest.approx(0.3 * uncapped)
+    unfinished = paper(steps, None, ACTION_WORLD, instruction="Like my top song.")
+    prose = "Let me think about which song to like before I call the tool, carefully. "
+    stalled = paper(steps, None, ACTION_WORLD, instruction="Like my top song.", last_reply=prose + LIKE[0])
+    gave_up = paper([*steps, (None, None)], None, ACTION_WORLD, instruction="Like my top song.",
+                    last_reply="I cannot do this.")
+    assert stalled == pytest.approx(0.5 * unfinished) and gave_up == pytest.approx(0.3 * unfinished)
+
+
+def likes(*song_ids):
+    return [(fx.call("spotify__like_song", song_id=i), '{"message": "Song liked."}') for i in song_ids]
+
+
+def test_an_unfinished_episode_still_at_work_keeps_more():
+    # The password lookup (records) and the real login, then likes, every call a success: 0.6 + 0.1 + 0.2 (the
+    # real login); unfinished: x0.7 with a state change among 8 or more calls, else x0.5.
+    start = [fx.DEMO_STEPS[0], fx.DEMO_STEPS[2]]
+    at_work = paper([*start, *likes(1, 2, 3, 4, 5, 6)], None, ACTION_WORLD, instruction="Like my songs.")
+    fewer = paper([*start, *likes(1, 2, 3, 4, 5)], None, ACTION_WORLD, instruction="Like my songs.")
+    assert at_work == pytest.approx(0.9 * 0.7) and fewer == pytest.approx(0.9 * 0.5)

@@ -26,6 +26,13 @@ Differences from the paper, deliberate: state-changing calls come from the APIs'
 keeps a hand-written list that misses ``show_following_artists`` and others); the paper's keyword rule
 (x0.3 when the instruction says "unfollow" and any tool name contains "follow") is dropped, since it
 also fires on correct calls; the reply-format multiplier is not applied (the episode sees parsed calls).
+
+:func:`paper_reward` is the paper's rule instead (``reward: paper``): its order of terms (the credential
+penalties before the completion bonus), its keyword rule, its format factor on the last reply of a completed
+episode, x0.3 for giving up in prose and x0.5 for over 50 characters of prose before the last call, and x0.7
+(not x0.5) for an unfinished episode still at work (a state-changing call among 8 or more). The notions it
+reads a trajectory with (a failed call, records, placeholders, a real login, a state-changing call) are this
+module's.
 """
 
 from __future__ import annotations
@@ -150,12 +157,15 @@ class Rules:
 
 
 def rules_of(world: World) -> Rules:
-    """The rules of a row's world: its answer and accounts; the tools and which of them change state (any API that
-    is not a GET, logins and logouts aside) from the apps' specs."""
+    """The rules of a row's world: its answer and accounts (:func:`rules_for`)."""
+    return rules_for(world.ground_truth, {a.app: (a.username, a.password) for a in world.accounts})
+
+
+def rules_for(ground_truth: str, credentials: dict[str, tuple[str, str]]) -> Rules:
+    """The rules of a task with this answer and these accounts; the tools and which of them change state (any API
+    that is not a GET, logins and logouts aside) from the apps' specs."""
     known = tools.catalog()
-    return Rules(ground_truth=world.ground_truth,
-                 credentials={a.app: (a.username, a.password) for a in world.accounts},
-                 known=lambda name: name in known,
+    return Rules(ground_truth=ground_truth, credentials=credentials, known=lambda name: name in known,
                  changes_state=lambda name: name in known and known[name].changes_state
                  and known[name].api not in ("login", "logout"))
 
@@ -224,12 +234,7 @@ def _action_reward(rules: Rules, completed: Call | None, working: Sequence[Call]
     reward = 0.6 * len(successes) / len(working) if working else 0.05
     if any(c.returned_records for c in working):
         reward += 0.1
-    seen: set[str] = set()
-    repeats = 0
-    for c in calls:
-        repeats += c.signature in seen
-        seen.add(c.signature)
-    if len(calls) > 2 and repeats > len(calls) / 2:
+    if len(calls) > 2 and _repeats(calls) > len(calls) / 2:
         reward *= 0.5
     if any(c.name.endswith("__login") and not c.failed and _real_login(rules, c) for c in working):
         reward += 0.2
@@ -241,6 +246,16 @@ def _action_reward(rules: Rules, completed: Call | None, working: Sequence[Call]
     else:
         reward *= 0.5
     return max(0.0, reward * _penalty(rules, calls))
+
+
+def _repeats(calls: Sequence[Call]) -> int:
+    """Calls identical to an earlier one."""
+    seen: set[str] = set()
+    repeats = 0
+    for c in calls:
+        repeats += c.signature in seen
+        seen.add(c.signature)
+    return repeats
 
 
 def _real_login(rules: Rules, call: Call) -> bool:
@@ -265,7 +280,9 @@ def reward_cases() -> list[tuple[str, Outcome, dict[str, Any], str]]:
 
     def case(name: str, steps: list[tuple[str | None, str | None]], why: str):
         actions, observations = [a for a, _ in steps], [o for _, o in steps]
-        episode = {"actions": actions, "observations": observations}
+        episode = {"actions": actions, "observations": observations, "last_reply": actions[-1] if actions else None,
+                   "reward_context": {"instruction": "How many songs are in my playlist?", "ground_truth": "12",
+                                      "credentials": {"spotify": ["joe@example.com", "pw1"]}}}
         return name, episode_outcome(rules, actions, observations), episode, why
 
     return [
@@ -278,3 +295,80 @@ def reward_cases() -> list[tuple[str, Outcome, dict[str, Any], str]]:
         case("repeat", [passwords, failed, failed], "the same call twice ends the episode with its partial credit"),
         case("unparseable", [(None, None)], "nothing called"),
     ]
+
+
+# --- the paper's rule (``reward: paper``) --------------------------------------------------------------
+
+#: The paper's keyword rule: an instruction holding one of the first words, and a call to a tool whose name holds
+#: one of the second, x0.3 (an action task only).
+KEYWORD_RULES = ((("reject", "deny", "decline"), ("accept",)),
+                 (("delete", "remove"), ("add", "create", "like")),
+                 (("unlike", "unfollow"), ("like", "follow")))
+#: Prose before the last call beyond this many characters is stalling (x0.5).
+STALL_CHARS = 50
+
+
+def format_factor(reply: str | None, parsed: bool) -> float:
+    """The paper's factor on a completed episode's last reply: 0 when it holds no call; x0.4 for code fences or
+    tool-call tags; x0.7 for ``"arguments"`` without ``"parameters"``; x0.4 when it does not start as JSON (a
+    Mistral ``[TOOL_CALLS]`` or LFM tool-call reply is taken as it is written)."""
+    text = re.sub(r"<think>.*?</think>", "", reply or "", flags=re.DOTALL).strip()
+    if not parsed:
+        return 0.0
+    factor = 0.4 if any(tag in text for tag in ("```", "<tool_call>", "<|tool|>", "<|/tool|>")) else 1.0
+    if not text.startswith("[TOOL_CALLS]") and "<|tool_call_start|>" not in text:
+        if '"arguments"' in text and '"parameters"' not in text:
+            factor *= 0.7
+        if not text.startswith(("[", "{")):
+            factor *= 0.4
+    return factor
+
+
+def keyword_factor(instruction: str, tool_names: Sequence[str]) -> float:
+    """x0.3 when the instruction asks to undo (reject, delete, unfollow, ...) and a call's tool does the opposite."""
+    words = instruction.lower()
+    for asks, forbidden in KEYWORD_RULES:
+        if any(w in words for w in asks) and any(f in name.lower() for name in tool_names for f in forbidden):
+            return 0.3
+    return 1.0
+
+
+def paper_reward(rules: Rules, actions: Sequence[str | None], observations: Sequence[str | None],
+                 last_reply: str | None, instruction: str) -> float:
+    """The paper's GRPO reward of an AppWorld trajectory (see the module docstring), in [0, 1]."""
+    calls = [read_call(a, o) for a, o in zip(actions, observations) if a is not None]
+    completed = next((c for c in calls if c.name == COMPLETE_TASK and not c.failed), None)
+    last_parsed = bool(actions) and actions[-1] is not None
+    fmt = format_factor(last_reply, last_parsed) if completed is not None else 1.0
+    working = [c for c in calls if c is not completed]
+    if rules.ground_truth.strip():
+        return min(1.0, _question_score(rules.ground_truth, completed, working) * _penalty(rules, calls) * fmt)
+    if not calls:
+        return 0.0
+    successes = [c for c in working if not c.failed]
+    reward = 0.6 * len(successes) / len(working) if working else 0.05
+    if any(c.returned_records for c in working):
+        reward += 0.1
+    if len(calls) > 2 and _repeats(calls) > len(calls) / 2:
+        reward *= 0.5
+    reward *= _penalty(rules, calls)
+    if any(c.name.endswith("__login") and not c.failed and _real_login(rules, c) for c in working):
+        reward += 0.2
+    if completed is None and working:
+        if not last_parsed:
+            reward *= 0.3                  # gave up in prose
+        elif len(_prose_before_call(last_reply)) > STALL_CHARS:
+            reward *= 0.5                  # stalling: talk before the call
+    acted = any(rules.changes_state(c.name) for c in calls)
+    if completed is not None:
+        reward += 0.3 if acted and successes else 0.1 if successes else 0.05
+    else:
+        reward *= 0.7 if acted and len(calls) >= 8 else 0.5
+    reward *= keyword_factor(instruction, [c.name for c in calls])
+    return min(1.0, max(0.0, reward * fmt))
+
+
+def _prose_before_call(reply: str | None) -> str:
+    text = re.sub(r"<think>.*?</think>", "", reply or "", flags=re.DOTALL)
+    start = max(text.rfind("["), text.rfind("{"))
+    return text[:start].strip() if start > 0 else ""

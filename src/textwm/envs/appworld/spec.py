@@ -41,6 +41,7 @@ class AppWorldSpec(EnvSpec):
     agent_system_prompt = agent.AGENT_SYSTEM_PROMPT
     default_max_turns = agent.DEFAULT_MAX_TURNS
     success_score = reward.SUCCESS_SCORE
+    has_paper_reward = True
     session_config = AppWorldSessionConfig
     conversation_expert = True
 
@@ -87,6 +88,21 @@ class AppWorldSpec(EnvSpec):
 
     def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
         return reward.reward_cases()
+
+    def reward_context(self, episode: AppWorldEpisode) -> dict[str, Any]:
+        w = episode.world
+        return {"instruction": w.instruction, "ground_truth": w.ground_truth,
+                "credentials": {a.app: [a.username, a.password] for a in w.accounts}}
+
+    def paper_reward(self, outcome: Outcome, episode: Mapping[str, Any]) -> float:
+        context = episode.get("reward_context") or {}
+        if "instruction" not in context:
+            raise ValueError("appworld's paper reward needs the episode's reward_context (instruction, ground_truth, "
+                             "credentials): the rollout infos of textwm's appworld scheduler carry it")
+        rules = reward.rules_for(context["ground_truth"],
+                                 {app: tuple(pair) for app, pair in context["credentials"].items()})
+        return reward.paper_reward(rules, episode.get("actions") or [], episode.get("observations") or [],
+                                   episode.get("last_reply"), context["instruction"])
 
     def start_episode(self, start: TaskStart) -> AppWorldEpisode:
         return AppWorldEpisode.start(start.sim_task)
