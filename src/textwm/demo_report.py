@@ -135,6 +135,12 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
               f"- turns per step: {grpo.get('turns_per_step')}; episodes: {grpo.get('episodes')}",
               f"- steps answered by the local responder: {grpo.get('local_answered_steps')}, by the world model: "
               f"{grpo.get('wm_answered_steps')}, WM errors: {grpo.get('wm_errors')}", ""]
+    from textwm.rl.step_chart import GRPOCurves, steps_chart
+
+    chart = steps_chart([GRPOCurves("agent_grpo", grpo.get("steps") or [])], out / "grpo_steps.png")
+    if chart:
+        lines += [f"Per step (reward, groups with no reward spread, token entropy, KL): ![GRPO per step]({chart.name})",
+                  ""]
 
     agent = fig.get("agent_eval", {})
     lines += ["## 5. Agent before / after, real env vs world model (Word2World fidelity)", "",

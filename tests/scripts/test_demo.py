@@ -31,6 +31,7 @@ def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
                    "**Which won at this budget:**", "says little about the paper"):
         assert needle in report
     assert (out / "wm_eval" / "comparison.png").stat().st_size > 10_000
+    assert "![GRPO per step](grpo_steps.png)" in report and (out / "grpo_steps.png").stat().st_size > 10_000
     stages = json.loads((out / "stages.json").read_text())["stages"]
     assert list(stages) == ["data", "train", "wm_eval", "grpo", "agent_eval", "report"]
     assert stages["grpo"]["figures"]["reward_per_step"]

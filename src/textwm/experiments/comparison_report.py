@@ -166,46 +166,16 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     return path
 
 
-#: The per-step curves of a GRPO run (textwm.rl.in_wm.step_records) charted by :func:`grpo_steps_chart`.
-STEP_CURVES = (("reward", "mean reward"), ("zero_spread", "groups with no reward spread"), ("entropy", "token entropy"),
-               ("kl", "KL to the start"))
-
-
 def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
-    """Each GRPO run's curves per optimizer step (:data:`STEP_CURVES`) and its agents' real success on the
-    calibration rows; None when matplotlib is missing or no GRPO run is done."""
-    try:
-        import matplotlib
-    except ImportError:
-        return None
+    """Each GRPO run's curves per optimizer step and its agents' real success on the calibration rows
+    (:func:`textwm.rl.step_chart.steps_chart`)."""
     from textwm.experiments.comparison_agents import grpo_agents
+    from textwm.rl.step_chart import GRPOCurves, steps_chart
 
     done = comparison.state["done"]
-    runs = [(a, done[a.grpo_key]) for a in grpo_agents(comparison) if done.get(a.grpo_key, {}).get("steps")]
-    if not runs:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(STEP_CURVES) + 1, figsize=(4 * (len(STEP_CURVES) + 1), 3.4))
-    for i, (agent, record) in enumerate(runs):
-        for ax, (key, title) in zip(axes, STEP_CURVES):
-            points = [(s["step"], s[key]) for s in record["steps"] if s.get(key) is not None]
-            if points:
-                ax.plot(*zip(*points), color=f"C{i}", label=agent.name, linewidth=1)
-            ax.set_title(title, fontsize=9)
-            ax.set_xlabel("step", fontsize=8)
-        curve = done.get(f"calibration/{agent.name}")
-        if curve:
-            axes[-1].plot([p["step"] for p in curve["points"]], [p["success_rate"] for p in curve["points"]],
-                          marker="o", color=f"C{i}", label=agent.name)
-    axes[-1].set_title("real success, calibration rows", fontsize=9)
-    axes[-1].set_ylim(0, 1)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return steps_chart([GRPOCurves(a.name, done.get(a.grpo_key, {}).get("steps") or [],
+                                   (done.get(f"calibration/{a.name}") or {}).get("points") or [])
+                        for a in grpo_agents(comparison)], path)
 
 
 def _calibration_lines(comparison: Any) -> list[str]:
