@@ -265,8 +265,8 @@ def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
 
     comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
     assert stage2_section(comparison)[1] == (
-        "Not run yet: `agent/sft`, `agent/eval/sft`, `fidelity/convert/ar`, `fidelity/convert/sdar`, "
-        "`grpo/convert/ar`, `agent/eval/grpo_convert_ar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, "
+        "Not run yet: `agent/sft`, `agent/eval/sft`, `fidelity/convert/ar`, `probes/convert/ar`, "
+        "`fidelity/convert/sdar`, `probes/convert/sdar`, `grpo/convert/ar`, `agent/eval/grpo_convert_ar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, "
         "`agent/paired`.\n")
     comparison.state["done"].update({
         "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},

@@ -1,22 +1,24 @@
 """Stage 2 of the comparison: the same agent, trained by GRPO inside each family's world model, then
 scored in the real env.
 
-1. ``agent/sft``: a small AR agent (one tokenizer of the task and demo rows) trained by the one trainer on the
-   gold demos (``sft_train.jsonl``), one row per assistant turn (:mod:`textwm.data.agent_turns`), so that it
-   starts with some real success;
+1. ``agent/sft``: the agent (a tiny AR model, or ``agent_init``) trained by the one trainer on the gold demos
+   (``sft_train.jsonl``), one row per assistant turn (:mod:`textwm.data.agent_turns`), so that it starts with
+   some real success; with ``agent_sft_checkpoints`` > 1, ``agent/sft_stop`` picks the kept step to start from on
+   the calibration rows (a seeded sample of the held-out rows, kept out of the final runs);
 2. ``agent/eval/sft``: that agent in the real env on the held-out task rows (``rl_test.jsonl``);
-3. for each family in ``grpo_families``, with the arm's world model served (native server + proxy):
-   ``fidelity/<arm>``, the SFT agent as the fixed agent in the real env, in the world model and replayed
-   (Real / WM / W2R, CR = W2R / Real); ``grpo/<arm>``, ``grpo_steps`` GRPO steps from the SFT agent with the
-   env's plugin (the deterministic local responder first, the world model else); then
-   ``agent/eval/grpo_<arm>``, the trained agent in the real env.
-
-4. with ``real`` among ``grpo_families``: ``grpo/real``, the same GRPO with every rollout in a real env server
-   (the upper reference: what GRPO gets from the true environment), then ``agent/eval/grpo_real``;
+3. for each world model of ``grpo_families``, served (native server + proxy): ``fidelity/<arm>``, the SFT agent
+   as the fixed agent in the real env, in the world model and replayed (Real / WM / W2R, CR = W2R / Real);
+   ``probes/<arm>``, the world model on the facts the held-out tasks turn on, against the real env
+   (:meth:`EnvSpec.probe_world_model`; ScienceWorld's lifespan tasks: does it list the animals outside, refuse
+   a focus on an absent one, accept the right one?);
+4. per GRPO run (each world model's, then ``real``'s, one per seed of ``grpo_seeds``): ``grpo/<arm>``, GRPO
+   from the SFT agent with the env's plugin (the local responder first, the world model else; ``real``: every
+   rollout in a real env server, the upper reference); ``agent/eval/<agent>``, the trained agent in the real
+   env; ``calibration/<agent>``, its agents every ``calibration_every`` steps on the calibration rows;
 5. ``agent/paired``: every trained agent against the SFT agent on the same held-out tasks, pair by pair (exact
    McNemar test, bootstrap interval on the difference; :mod:`textwm.eval.paired`), also written as
    ``stage2_summary.json`` (``{"env", "arms": {arm: {"episodes", "success_before", "success_after", "p_value",
-   "steps", "seeds"}}}``).
+   "steps", "seeds", "per_seed"}}}``, the seeds' pairs pooled).
 
 Every real-env result carries its 95% Wilson interval over episodes. The world models are the scored arms
 of one regime: ``convert`` when it ran (the recipe the paper's models come from), else ``scratch``.
@@ -124,7 +126,8 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
     plan.append(("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft")))
     arms = {arm.name: arm for arm in wm_arms(comparison)}
     for arm in arms.values():
-        plan.append((f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)))
+        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
+                 (f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm))]
     for agent in grpo_agents(comparison):
         arm = arms.get(agent.label)
         work = ((lambda a=agent: grpo_in_real(comparison, a)) if arm is None else
@@ -260,6 +263,21 @@ def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
                         wm_max_tokens=comparison.config.gen_length)
     fidelity = out["fidelity"]
     return {"world_model": arm.name, **{k: fidelity[k] for k in ("real", "wm", "w2r", "cr", "cr_note")}}
+
+
+def probe_world_model(comparison: Any, arm: Any) -> dict[str, Any]:
+    """The env's probes of the arm's world model on the facts its held-out tasks turn on (``probes/<arm>/``;
+    :meth:`EnvSpec.probe_world_model`), or a note that the env has none for these tasks."""
+    from textwm.clients.wm import WMClient
+    from textwm.data.jsonl import read_jsonl
+    from textwm.envs.registry import get_env
+
+    c = comparison.config
+    rows = read_jsonl(agent_data(comparison, "rl_test.jsonl")).rows
+    with _served(comparison, arm) as endpoint:
+        figures = get_env(c.env).probe_world_model(rows, WMClient(endpoint, max_tokens=c.gen_length),
+                                                   comparison.path("probes", arm.folder))
+    return {"world_model": arm.name, **(figures or {"skipped": f"{c.env} has no probes for these task rows"})}
 
 
 def grpo_in_arm(comparison: Any, arm: Any, agent: GRPOAgent) -> dict[str, Any]:

@@ -253,6 +253,19 @@ def stage2_section(comparison: Any) -> list[str]:
                      f"{fmt_ci(f[m].get('success_ci95'))}" for m in ("real", "wm", "w2r")]
             cr = _fmt(f["cr"]) if f["cr"] is not None else f"n/a ({f['cr_note']})"
             lines.append(f"| {arm.name} | {' | '.join(cells)} | {cr} | {f['wm'].get('wm_errors', 0)} |")
+    probed = [(arm.name, done[f"probes/{arm.name}"]) for arm in wm_arms(comparison) if f"probes/{arm.name}" in done]
+    if any("rows" in p for _, p in probed):
+        lines += ["", "Each world model on the facts the held-out tasks turn on, asked from the real history "
+                  "(`probes/<arm>/`): the objects it lists outside against the real env's, and whether it accepts a "
+                  "focus on an animal that is not there (the real env never does) and on the right one:\n",
+                  "| world model | rows | listing exact | listing precision / recall | absent focus accepted (real / "
+                  "WM) | right focus accepted (real / WM) | WM failures |", "|---|---|---|---|---|---|---|"]
+        for name, p in probed:
+            if "rows" in p:
+                lines.append(f"| {name} | {p['rows']} | {_fmt(p['look_exact'])} | {_fmt(p['look_precision'])} / "
+                             f"{_fmt(p['look_recall'])} | {_fmt(p['absent_accepted_real'])} / "
+                             f"{_fmt(p['absent_accepted_wm'])} | {_fmt(p['right_accepted_real'])} / "
+                             f"{_fmt(p['right_accepted_wm'])} | {p['wm_failures']} |")
     paired = done.get("agent/paired")
     lines += ["", f"Decision rule, fixed before the runs: GRPO {'in an arm ' if len(grpo_agents(comparison)) > 1 else ''}"
               "improved the agent when its agent succeeds on more of the same held-out tasks than the SFT agent with "

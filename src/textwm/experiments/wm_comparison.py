@@ -74,7 +74,7 @@ STAGE2_SETTINGS = ("stage2", "stage1", "agent_init", "agent_tasks", "agent_size"
 #: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
 EPOCH_SETTINGS = ("max_epochs", "patience")
 #: The state keys of Stage 2's steps.
-STAGE2_STEPS = ("agent/", "fidelity/", "grpo/", "calibration/")
+STAGE2_STEPS = ("agent/", "fidelity/", "probes/", "grpo/", "calibration/")
 #: Each arm's training record, beside its checkpoints (what ``state.json`` gets once the arm is done).
 ARM_RECORD = "train_record.json"
 #: Where :meth:`Comparison.run` may stop.
