@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from textwm.envs.sciworld.probes import absent_animal, accepts_focus, animal_words, listed_objects
+from textwm.envs.sciworld.probes import ANIMAL_POOL, absent_animal, accepts_focus, animal_words, listed_objects
 
 OUTSIDE = ("This outside location is called the outside. Here you see: \n\tthe agent\n\ta substance called air\n"
            "\ta baby brown bear\n\ta parrot egg\n\ta fire pit (containing nothing)\nYou also see:\n"
@@ -24,10 +24,13 @@ def test_an_absent_animal_shares_no_word_of_its_kind_with_the_listing():
     # The gold runs name animals by stage first ("egg parrot", "baby baby brown bear"); either form is present.
     assert animal_words("baby baby brown bear") == {"brown", "bear"} and animal_words("egg parrot") == {"parrot"}
     pool = ["egg parrot", "baby baby brown bear", "crocodile", "baby elephant"]
-    assert absent_animal("lifespan-longest-lived_v1", OUTSIDE, pool) in {"crocodile", "baby elephant"}
+    absent = absent_animal("lifespan-longest-lived_v1", OUTSIDE, pool)
+    assert not animal_words(absent) & {"parrot", "brown", "bear"}
     assert absent_animal("x", OUTSIDE, pool) == absent_animal("x", OUTSIDE, pool)        # reruns agree
+    assert absent_animal("x", OUTSIDE, ["egg parrot"]) in ANIMAL_POOL       # one row alone: the pool still has some
+    everything = OUTSIDE + " ".join(ANIMAL_POOL)
     with pytest.raises(ValueError, match="no absent one"):
-        absent_animal("x", OUTSIDE, ["egg parrot"])
+        absent_animal("x", everything, ["egg parrot"])
 
 
 def test_a_focus_is_accepted_only_when_the_answer_says_so():

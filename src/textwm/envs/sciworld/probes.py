@@ -91,6 +91,10 @@ def gold_focus(env: Any, task_id: str, options: dict[str, Any]) -> tuple[list[st
     return gold[:i], gold[i][len(FOCUS):]
 
 
+#: Animals to probe an absent focus with, beside the other rows' answers (any name the real env does not list is
+#: refused by it, so the pool need not be ScienceWorld's).
+ANIMAL_POOL = ("elephant", "giant tortoise", "crocodile", "parrot", "brown bear", "wolf", "beaver", "rabbit",
+               "mouse", "dragonfly", "frog", "chipmunk")
 #: Words of an animal's name that give its life stage, not its kind.
 STAGE_WORDS = {"baby", "adult", "juvenile", "egg", "young"}
 
@@ -105,7 +109,7 @@ def absent_animal(task_id: str, look: str, animals: Sequence[str]) -> str:
     """An animal of another row none of whose kind's words the real listing has (chosen by the task id, so reruns
     agree)."""
     listed = set(re.findall(r"[a-z]+", look.lower()))
-    candidates = sorted(a for a in set(animals) if animal_words(a) and not animal_words(a) & listed)
+    candidates = sorted(a for a in {*animals, *ANIMAL_POOL} if animal_words(a) and not animal_words(a) & listed)
     if not candidates:
         raise ValueError(f"{task_id}: every known animal is outside; no absent one to probe with")
     return candidates[zlib.crc32(task_id.encode()) % len(candidates)]
