@@ -62,6 +62,19 @@ def test_bodies_are_checked_before_any_route_and_errors_have_one_shape():
     assert client.app.statuses[500] == 1 and client.app.statuses[415] == 1 and client.app.statuses[413] == 1
 
 
+def test_a_chunked_body_over_the_limit_is_a_413_too():
+    """No Content-Length to refuse it by: the guard counts the bytes as the route reads them."""
+    client = TestClient(app_with(ServerSecurity(max_body_bytes=2048)), raise_server_exceptions=False)
+
+    def chunks():
+        for _ in range(10):
+            yield b'{"a": "' + b"x" * 1000 + b'"}'
+
+    r = client.post("/echo", content=chunks(), headers=JSON)
+    assert r.status_code == 413 and "larger than 2048" in r.json()["error"]["message"]
+    assert client.app.statuses[413] == 1 and client.app.statuses[500] == 0
+
+
 @pytest.mark.parametrize(("raw", "needle"), [
     (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
     (b'{"a": ' + b"9" * 5000 + b"}", "unreadable JSON"),
@@ -69,6 +82,9 @@ def test_bodies_are_checked_before_any_route_and_errors_have_one_shape():
     (b'{"a": ' + b'{"b": ' * 70 + b"1" + b"}" * 70 + b"}", "nested deeper"),
     (b"[1, 2]", "must be a JSON object"),
     (b"{oops", "malformed JSON"),
+    (b'{"temperature": Infinity}', "Infinity is not a JSON number"),
+    (b'{"a": [1, NaN]}', "NaN is not a JSON number"),
+    (b'{"a": -Infinity}', "-Infinity is not a JSON number"),
 ])
 def test_hostile_json_is_a_400_never_a_500(raw, needle):
     client = TestClient(app_with(ServerSecurity(max_body_bytes=1_000_000)), raise_server_exceptions=False)

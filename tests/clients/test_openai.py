@@ -121,3 +121,18 @@ def test_llm_training_evaluate_generates_then_scores(server, tmp_path):
     assert rows[1]["prediction_raw"].startswith("ERROR")
     summary = json.loads((out / "eval_summary.json").read_text())["test"]
     assert (summary["num_samples"], summary["num_dropped_errors"], summary["exact_match"]) == (2, 1, 1.0)
+
+
+def test_a_server_error_is_not_retried():
+    """A 500 is the server's own fault: the same request fails the same way, so it is reported at once."""
+    s = chat_server({"broken": [500] * 5})
+
+    async def go():
+        async with ChatClient(s.url, model="m", retry=FAST) as client:
+            return await client.complete([{"role": "user", "content": "broken"}])
+    try:
+        with pytest.raises(ChatRequestError, match="HTTP 500") as err:
+            _run(go())
+        assert err.value.status == 500 and err.value.attempts == 1 and len(s.posts()) == 1
+    finally:
+        s.close()

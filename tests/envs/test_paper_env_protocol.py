@@ -98,7 +98,7 @@ def test_alfworld_paper_episode_to_a_win(alf, alf_url):
     r = alfworld_reset(alf_url, key, alf["game_file"])
     assert r.status_code == 200, r.text
     reset = r.json()
-    assert set(reset) == {"obs", "admissible", "goal", "gamefile", "session_id"}
+    assert set(reset) == {"obs", "admissible", "goal", "gamefile"}             # no internal session id
     assert reset["obs"].startswith("-= Welcome to TextWorld, ALFRED! =-")
     assert reset["goal"] == "heat some apple and put it in cabinet."          # the paper's cut: period kept
     assert reset["gamefile"] == alf["game_file"]
@@ -108,8 +108,7 @@ def test_alfworld_paper_episode_to_a_win(alf, alf_url):
         r = alfworld_step(alf_url, key, action)
         assert r.status_code == 200, r.text
         step = r.json()
-        assert set(step) == {"obs", "admissible", "won", "done", "score", "session_id"}
-        assert step["session_id"] == reset["session_id"]
+        assert set(step) == {"obs", "admissible", "won", "done", "score"}
         admissible = step["admissible"]
         if step["won"] or step["done"]:
             break
@@ -118,7 +117,7 @@ def test_alfworld_paper_episode_to_a_win(alf, alf_url):
     r = alfworld_step(alf_url, key, "look")                                 # paper: 200 and play on; ours: 409
     assert r.status_code == 409 and r.json()["error"]["type"] == "episode_over"
     r = alfworld_close(alf_url, key)
-    assert r.status_code == 200 and r.json() == {"status": "closed", "session_id": reset["session_id"]}
+    assert r.status_code == 200 and r.json() == {"status": "closed"}
     assert alfworld_close(alf_url, key).json() == {"status": "closed"}      # closing again is fine, as in the paper
     r = alfworld_step(alf_url, key, "look")                                 # paper: 200 {"error": "no env ..."}
     assert r.status_code == 404 and f"no session for task_id {key!r}" in error_of(r)
@@ -127,22 +126,40 @@ def test_alfworld_paper_episode_to_a_win(alf, alf_url):
 
 def test_alfworld_reset_of_a_key_again_replays_in_its_session(alf, alf_url):
     key = f"par-{uuid.uuid4().hex[:10]}"
+    keyed = alf["app"].state.keyed_sessions
     first = alfworld_reset(alf_url, key, alf["game_file"]).json()
+    first_session = keyed.session_of(table_key(key))
     moved = alfworld_step(alf_url, key, "go to countertop 1").json()
     assert moved["obs"].startswith("You arrive at countertop 1.")
     again = alfworld_reset(alf_url, key, alf["game_file"], split="train").json()
-    assert again["session_id"] == first["session_id"] and again["obs"] == first["obs"]   # the env reused
+    assert keyed.session_of(table_key(key)) == first_session and again["obs"] == first["obs"]   # the env reused
     assert alfworld_step(alf_url, key, "go to countertop 1").json()["obs"] == moved["obs"]
 
     # A session closed by its id (or expired, or lost) leaves the key: its next step is a 404 that names the key,
     # and its next reset opens a new session; the table forgets keys whose sessions ended.
-    assert requests.delete(f"{alf_url}/session/{first['session_id']}", timeout=10).status_code == 200
+    assert requests.delete(f"{alf_url}/session/{first_session}", timeout=10).status_code == 200
     r = alfworld_step(alf_url, key, "look")
     assert r.status_code == 404 and f"task_id {key!r}" in error_of(r) and "closed" in error_of(r)
-    fresh = alfworld_reset(alf_url, key, alf["game_file"]).json()
-    assert fresh["session_id"] != first["session_id"]
-    keyed = alf["app"].state.keyed_sessions
-    assert len(keyed) == 1 and keyed.session_of(key) == fresh["session_id"]
+    alfworld_reset(alf_url, key, alf["game_file"])
+    assert len(keyed) == 1 and keyed.session_of(table_key(key)) not in (None, first_session)
+    alfworld_close(alf_url, key)
+
+
+def table_key(task_id: str) -> str:
+    """The server's key of a paper-form task id sent from loopback without an API key (textwm.envs.server.owner_key)."""
+    return f"addr:127.0.0.1\x00{task_id}"
+
+
+def test_alfworld_a_task_id_is_its_owners_alone(alf, alf_url):
+    """Another client (another API key, or another address) that sends the same task id reaches no session of
+    the first: it cannot step or close it by guessing the key."""
+    key = f"mine-{uuid.uuid4().hex[:6]}"
+    assert alfworld_reset(alf_url, key, alf["game_file"]).status_code == 200
+    other = {"Authorization": "Bearer someone-else"}
+    r = requests.post(f"{alf_url}/step", json={"task_id": key, "action": "look"}, headers=other, timeout=30)
+    assert r.status_code == 404 and f"no session for task_id {key!r}" in error_of(r)
+    assert requests.delete(f"{alf_url}/close", json={"task_id": key}, headers=other, timeout=30).status_code == 200
+    assert alfworld_step(alf_url, key, "look").status_code == 200            # still the owner's, still open
     alfworld_close(alf_url, key)
 
 
@@ -151,8 +168,7 @@ def test_alfworld_concurrent_resets_of_one_key_share_one_session(alf, alf_url):
     with ThreadPoolExecutor(3) as ex:
         replies = list(ex.map(lambda _: alfworld_reset(alf_url, key, alf["game_file"]), range(3)))
     assert [r.status_code for r in replies] == [200] * 3
-    assert len({r.json()["session_id"] for r in replies}) == 1
-    assert requests.get(f"{alf_url}/health", timeout=10).json()["sessions"] == 1
+    assert requests.get(f"{alf_url}/health", timeout=10).json()["sessions"] == 1          # one session for the key
     alfworld_close(alf_url, key)
 
 
@@ -200,18 +216,21 @@ def test_sciworld_paper_reward_replay_and_eval_loop(sci):
     r = sciworld_post(url, key, "look around")                              # opens boil_v0, then steps
     assert r.status_code == 200, r.text
     first = r.json()
-    assert set(first) == {"observation", "score", "reward", "done", "session_id"}
+    assert set(first) == {"observation", "score", "reward", "done"}
+    session = sci["app"].state.keyed_sessions.session_of(table_key(key))
     assert "called the hallway" in first["observation"] and (first["score"], first["done"]) == (0, False)
     looked = sciworld_post(url, key).json()                                  # no action: "look around", no reset
-    assert looked["session_id"] == first["session_id"] and looked["observation"] == first["observation"]
+    assert sci["app"].state.keyed_sessions.session_of(table_key(key)) == session
+    assert looked["observation"] == first["observation"]
     end = sciworld_post(url, key, "focus on picture").json()                 # the wrong focus fails the task
     assert (end["done"], end["score"], end["reward"]) == (True, -100, -100)
     r = sciworld_post(url, key, "look around")                               # paper: 200 and the env goes on
     assert r.status_code == 409 and r.json()["error"]["type"] == "episode_over"
 
-    assert sciworld_close(url, key).json() == {"status": "closed", "session_id": first["session_id"]}
+    assert sciworld_close(url, key).json() == {"status": "closed"}
     again = sciworld_post(url, key, "go to kitchen").json()                  # after DELETE: a fresh episode
-    assert again["session_id"] != first["session_id"] and "kitchen" in again["observation"]
+    assert sci["app"].state.keyed_sessions.session_of(table_key(key)) not in (None, session)
+    assert "kitchen" in again["observation"]
     assert again["score"] >= 0 and again["done"] is False
     sciworld_close(url, key)
     assert requests.get(f"{url}/health", timeout=10).json()["sessions"] == 0
@@ -223,7 +242,6 @@ def test_sciworld_parallel_first_posts_of_one_key_open_one_session(sci):
     with ThreadPoolExecutor(2) as ex:
         replies = list(ex.map(lambda a: sciworld_post(url, key, a), ["look around", "inventory"]))
     assert [r.status_code for r in replies] == [200, 200]
-    assert len({r.json()["session_id"] for r in replies}) == 1
     assert requests.get(f"{url}/health", timeout=10).json()["sessions"] == 1
     sciworld_close(url, key)
 

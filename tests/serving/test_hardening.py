@@ -49,6 +49,13 @@ def chat(client, **body):
     ({"chat_template_kwargs": {"enable_thinking": {"nested": 1}}}, 400, "must be a string, number or boolean"),
     ({"chat_template_kwargs": {"chat_template": "{% for %}"}}, 400, "template failed"),
     ({"messages": [{"role": "user", "content": "x" * 9000}]}, 400, "cannot fit"),
+    # Settings that pass a type check and would overflow the shared sampling step: refused alone.
+    ({"temperature": 1e-39}, 400, "temperature must be 0 (greedy) or at least 1e-05"),
+    ({"repetition_penalty": 1e-300}, 400, "repetition_penalty must be in [0.01, 100]"),
+    ({"num_diffusion_steps": 30_000_000}, 400, "num_diffusion_steps must be at most block_length (8)"),
+    ({"stop": ["a"] * 33}, 400, "more than the server's --max-stop-strings 32"),
+    ({"stop": ["x" * 3000, "y" * 3000]}, 400, "more than the server's --max-stop-chars 4096"),
+    ({"messages": MSG * 1025}, 400, "more than the server's --max-messages 1024"),
 ])
 def test_bad_requests_are_4xx_naming_the_field(client, body, status, needle):
     r = chat(client, **body)
@@ -160,3 +167,58 @@ def test_clients_keep_one_deadline_across_retries():
     finally:
         server.close()
     assert httpx.codes.SERVICE_UNAVAILABLE == 503
+
+
+@pytest.mark.parametrize("family", ["ar", "sdar", "wedlm"])
+@pytest.mark.parametrize("scheduler", ["continuous", "batch"])
+def test_a_poison_request_fails_alone_beside_healthy_ones(family, scheduler, request):
+    """Requests whose settings would make the shared sampling step non-finite are refused before they join a batch:
+    the healthy requests sent with them are all answered, on every family and both schedulers."""
+    import asyncio
+
+    loaded = load_model(request.getfixturevalue(f"tiny_{family}_dir"), device="cpu", dtype="float32")
+    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=512, scheduler=scheduler,
+                                         defaults=DecodeSettings(gen_length=8, temperature=0.7, block_length=4)))
+    poisons = [{"temperature": 1e-39}, {"repetition_penalty": 1e-300}, {"temperature": 1e-30, "top_p": 0.5}]
+
+    async def run():
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            bodies = [{"temperature": 0.7, "seed": i} for i in range(6)] + poisons
+            return await asyncio.gather(*(c.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 8,
+                                                                               **b}) for b in bodies))
+
+    engine.start()
+    try:
+        answers = asyncio.run(run())
+    finally:
+        engine.stop()
+    assert [r.status_code for r in answers] == [200] * 6 + [400] * 3
+    assert engine.metrics.worker_errors == 0
+
+
+def test_proxy_bounds_the_model_lookup_names_refused_credentials_and_answers_health_itself():
+    def hang_everything(method, path, body):
+        return 200, {"data": [{"id": "m"}]}, 5.0                      # accepts, answers too late
+    def refuse(method, path, body):
+        return 401, {"error": "bad key"}, 0
+    for respond, status, needle in ((hang_everything, 504, "did not answer"),
+                                    (refuse, 502, "refused the proxy's credentials (HTTP 401)")):
+        upstream = ScriptedServer(respond)
+        try:
+            with TestClient(create_proxy_app(ProxyConfig(upstream=upstream.url, timeout_s=1.0))) as proxy:
+                asked = len(upstream.requests)
+                started = time.monotonic()
+                health = proxy.get("/health")
+                assert health.status_code == 200 and time.monotonic() - started < 0.5
+                assert len(upstream.requests) == asked                # /health does not call the upstream
+                started = time.monotonic()
+                r = proxy.post("/", json={"input": {"state": "s", "action": "a"}})
+                assert r.status_code == status and needle in r.json()["error"]["message"], r.text
+                assert time.monotonic() - started < 2.5               # --timeout 1, not a fixed wait
+                assert proxy.get("/health/upstream").status_code == 503
+                bad = proxy.post("/", content=b'{"input": {"state": "s", "action": "a", "temperature": Infinity}}',
+                                 headers={"content-type": "application/json"})
+                assert bad.status_code == 400 and "Infinity is not a JSON number" in bad.json()["error"]["message"]
+        finally:
+            upstream.close()

@@ -136,3 +136,29 @@ def test_lmdeploy_on_a_hub_id_prints_the_command_with_a_notice(caplog):
                      "JetLM/SDAR-8B-Chat", *PAPER_FLAGS)
     assert res.returncode == 0, res.stderr
     assert "--dllm-block-length 8 --dllm-denoising-steps 1" in res.stdout and "notice" in res.stderr
+
+
+def test_stop_leaves_alone_a_process_the_pid_file_no_longer_names(tmp_path):
+    """A stale pid file whose pid now belongs to another process: not our group leader, or one started at
+    another time. ``stop`` signals neither, and a process we did start is still stopped."""
+    import subprocess
+    import sys
+
+    from textwm.serving.launch import ManagedProcess
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stranger = subprocess.Popen(sleeper)                               # in our process group: not a leader
+    other_leader = subprocess.Popen(sleeper, start_new_session=True)   # a leader, started at another time
+    try:
+        managed = ManagedProcess("wm", tmp_path)
+        managed.pid_file.write_text(f"{stranger.pid}\n")
+        assert managed.pid() is None and managed.stop() is False and stranger.poll() is None
+        managed.pid_file.write_text(f"{other_leader.pid} 1\n")
+        assert managed.pid() is None and managed.stop() is False and other_leader.poll() is None
+        ours = managed.start(sleeper)
+        assert managed.pid() == ours and len(managed.pid_file.read_text().split()) == 2
+        assert managed.stop(grace_s=5) is True and managed.pid() is None
+    finally:
+        for p in (stranger, other_leader):
+            p.kill()
+            p.wait()

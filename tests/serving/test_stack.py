@@ -91,7 +91,9 @@ def test_upstream_down_then_back_with_another_model(stack):
     r = httpx.post(stack["proxy_url"] + "/", json=PAYLOAD, timeout=30)
     assert r.status_code == 502 and "upstream" in r.json()["error"]["message"]
     assert time.monotonic() - started < 10
-    assert httpx.get(stack["proxy_url"] + "/health").status_code == 503
+    assert httpx.get(stack["proxy_url"] + "/health/upstream").status_code == 503          # a probe upstream
+    health = httpx.get(stack["proxy_url"] + "/health").json()       # the proxy's own state: up, the upstream's last
+    assert health["status"] == "ok" and health["upstream_last_status"] is None
     with WMClient(stack["proxy_url"] + "/") as wm, pytest.raises(WMUnavailable):
         wm.predict("sys", "s", "a")
     stack["server"] = start_server(stack["run_dir"], stack["model"], stack["server_port"], "wm-b")

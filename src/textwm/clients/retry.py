@@ -3,7 +3,7 @@
 A request has one deadline (the client's ``timeout_s``), whatever its retries: each attempt gets the
 time that is left, a pause never runs past it, and a read timeout is not retried (the server may
 still be working on it: a retry would only multiply its load). Retries happen after connection errors
-and transient statuses (5xx, 429, 408) while time is left.
+and transient statuses (502, 503, 504, 429, 408) while time is left.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-#: HTTP statuses worth retrying: the server is busy, restarting or timed out.
-TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: HTTP statuses worth retrying: the server is busy, restarting or timed out. Not 500: a server's own fault
+#: answers the same request the same way, and retrying it multiplies the load on a failing server.
+TRANSIENT_STATUS = frozenset({408, 425, 429, 502, 503, 504})
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import sys
@@ -170,7 +171,7 @@ class KeyedSessions:
     def _gone(self, key: str, exc: EnvError) -> EnvError:
         """Forget ``key`` (its session ended) and say so in the error the client gets."""
         self._ids.pop(key, None)
-        return type(exc)(f"task_id {key!r}: {exc}")
+        return type(exc)(f"task_id {_task_id_of(key)!r}: {exc}")
 
     async def start(self, key: str, task_id: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """(Re)start ``key`` on ``task_id``: in its session if it has a live one (the env reused), else in a new
@@ -182,7 +183,8 @@ class KeyedSessions:
                     return session_id, await self.pool.reset(task_id, options=options, session_id=session_id)
                 except (UnknownSession, SessionLost) as exc:
                     self._ids.pop(key, None)
-                    log.info("task_id %r: its session %s ended (%s); opening a new one", key, session_id, exc)
+                    log.info("task_id %r: its session %s ended (%s); opening a new one", _task_id_of(key), session_id,
+                             exc)
             reply = await self.pool.reset(task_id, options=options)
             self._add(key, reply["session_id"])
             return reply["session_id"], reply
@@ -194,8 +196,8 @@ class KeyedSessions:
             session_id = self._ids.get(key)
             if session_id is None:
                 if opener is None:
-                    raise UnknownSession(f"no session for task_id {key!r}; reset it first")
-                task_id, options = opener(key)
+                    raise UnknownSession(f"no session for task_id {_task_id_of(key)!r}; reset it first")
+                task_id, options = opener(_task_id_of(key))
                 session_id = (await self.pool.reset(task_id, options=options))["session_id"]
                 self._add(key, session_id)
             try:
@@ -212,9 +214,23 @@ class KeyedSessions:
             try:
                 await self.pool.close_session(session_id)
             except (UnknownSession, SessionLost) as exc:  # ended already (expired, lost): nothing left to free
-                log.info("task_id %r: session %s had ended already: %s", key, session_id, exc)
+                log.info("task_id %r: session %s had ended already: %s", _task_id_of(key), session_id, exc)
                 return None
             return session_id
+
+
+def owner_key(request: Request, task_id: str) -> str:
+    """The table key of a paper-form ``task_id``: scoped to its owner, the API key the client sent (hashed) or,
+    without one, the client's address, so that no client steps or closes another's session by guessing its task
+    id. (Without an API key, clients of one address are one owner: on loopback, one machine's users.)"""
+    auth = request.headers.get("authorization", "")
+    owner = ("key:" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else
+             "addr:" + (request.client.host if request.client else "?"))
+    return f"{owner}\x00{task_id}"
+
+
+def _task_id_of(key: str) -> str:
+    return key.rsplit("\x00", 1)[-1]
 
 
 #: Our own POST routes; a paper form that uses one of these paths shares it, told apart by the body.
@@ -262,11 +278,11 @@ class _PaperRoutes:
             return req
         action = self.form.default_action if req.action is None else req.action
         try:
-            session_id, reply = await self.keyed.step(
-                req.task_id, action, self.form.start_of_key if self.form.open_on_step else None)
+            _, reply = await self.keyed.step(owner_key(request, req.task_id), action,
+                                             self.form.start_of_key if self.form.open_on_step else None)
         except EnvError as exc:
             return self._env_error(request, exc)
-        return JSONResponse({**self.form.step_reply(reply), "session_id": session_id})
+        return JSONResponse(self.form.step_reply(reply))        # the pool's session id stays inside
 
     async def reset(self, request: Request, body: dict[str, Any] | None):
         req = await self._parse(request, self.reset_model, body)
@@ -275,20 +291,20 @@ class _PaperRoutes:
         fields = req.model_dump()
         try:
             task_id, options = self.form.start_of_reset(fields)
-            session_id, reply = await self.keyed.start(req.task_id, task_id, options)
+            _, reply = await self.keyed.start(owner_key(request, req.task_id), task_id, options)
         except EnvError as exc:
             return self._env_error(request, exc)
-        return JSONResponse({**self.form.reset_reply(reply, fields), "session_id": session_id})
+        return JSONResponse(self.form.reset_reply(reply, fields))
 
     async def close(self, request: Request):
         req = await self._parse(request, self.close_model)
         if isinstance(req, JSONResponse):
             return req
         try:
-            session_id = await self.keyed.close(req.task_id)
+            await self.keyed.close(owner_key(request, req.task_id))
         except EnvError as exc:
             return self._env_error(request, exc)
-        return {"status": "closed", **({"session_id": session_id} if session_id else {})}
+        return {"status": "closed"}
 
 
 # --- the app ----------------------------------------------------------------------------------------

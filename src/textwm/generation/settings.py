@@ -15,6 +15,11 @@ from textwm.generation import SDAR_RULES, STRATEGIES
 
 #: The knobs a decode-engine row takes from its own request (vLLM / lmdeploy per-request sampling params).
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+#: The smallest sampling temperature (vLLM's ``_SAMPLING_EPS``): logits divided by less overflow float32 to inf and
+#: the row's distribution to NaN. Greedy is 0.
+MIN_TEMPERATURE = 1e-5
+#: The repetition penalty's range: a logit divided or multiplied by a factor outside it can overflow to inf.
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 @dataclass(frozen=True)
@@ -54,15 +59,17 @@ class DecodeSettings:
     def __post_init__(self) -> None:
         if self.gen_length < 1:
             raise ValueError(f"gen_length must be >= 1, got {self.gen_length}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < float("inf")):
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (smaller ones overflow "
+                             f"the sampling), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.block_length < 1 or self.denoising_steps < 1:
             raise ValueError(f"block_length and denoising_steps must be >= 1, got {self.block_length} and "
                              f"{self.denoising_steps}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        low, high = REPETITION_PENALTY_RANGE
+        if not low <= self.repetition_penalty <= high:
+            raise ValueError(f"repetition_penalty must be in [{low:g}, {high:g}] (1: off), got {self.repetition_penalty}")
         if self.window_size < 1:
             raise ValueError(f"window_size must be >= 1, got {self.window_size}")
         if self.entropy_threshold < 0 or self.position_penalty < 0:

@@ -117,6 +117,12 @@ class EngineConfig:
     max_model_len: int = 8192
     #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
     allow_client_chat_template: bool = False
+    #: Stop strings per request at most, and their characters together: stop matching runs on every new piece
+    #: of every row's text, so its work is bounded per request.
+    max_stop_strings: int = 32
+    max_stop_chars: int = 4096
+    #: Messages of a chat request at most.
+    max_messages: int = 1024
     #: ``continuous``: requests join and leave the running rows at every step boundary
     #: (``textwm.generation.engine.DecodeEngine``); ``batch``: whole batches through the family's decoder;
     #: ``auto``: continuous where the engine runs the checkpoint's architecture, else batch (with a warning).
@@ -125,9 +131,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
-        if self.max_batch_size < 1 or self.max_queue < 1:
-            raise ValueError(f"max_batch_size and max_queue must be >= 1, got {self.max_batch_size} and "
-                             f"{self.max_queue}")
+        for name in ("max_batch_size", "max_queue", "max_stop_strings", "max_stop_chars", "max_messages"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -244,6 +250,22 @@ class Engine:
             raise UnknownModel(f"model {model!r} is not served here; this server serves "
                                f"{self.config.served_model_name!r} (see /v1/models)")
 
+    def check_limits(self, request: SamplingRequest) -> list[str]:
+        """The request's stop strings, within the server's limits (RequestError naming the limit's flag)."""
+        stops = request.stop_strings()
+        c = self.config
+        if len(stops) > c.max_stop_strings:
+            raise RequestError(f"stop: {len(stops)} strings, more than the server's --max-stop-strings "
+                               f"{c.max_stop_strings}")
+        chars = sum(len(s) for s in stops)
+        if chars > c.max_stop_chars:
+            raise RequestError(f"stop: {chars} characters in all, more than the server's --max-stop-chars "
+                               f"{c.max_stop_chars}")
+        messages = getattr(request, "messages", None)
+        if messages is not None and len(messages) > c.max_messages:
+            raise RequestError(f"messages: {len(messages)}, more than the server's --max-messages {c.max_messages}")
+        return stops
+
     def settings_for(self, request: SamplingRequest) -> tuple[DecodeSettings, int]:
         """Decode settings of a request (its fields over the server defaults) and its max_tokens."""
         d = self.config.defaults
@@ -262,6 +284,12 @@ class Engine:
         try:
             settings = dataclasses.replace(d, gen_length=max_tokens,
                                            **{k: v for k, v in overrides.items() if v is not None})
+            steps = overrides.get("denoising_steps")      # None too where the SDAR rules ignore a request's
+            if steps is not None and steps > settings.block_length:
+                # The decoders keep per-step state of this length: a request may not size it past what a block
+                # can use (each step fills at least one of the block's tokens).
+                raise ValueError(f"num_diffusion_steps must be at most block_length ({settings.block_length}): a "
+                                 f"block of that many tokens takes at most that many steps, got {steps}")
             if self.family == "sdar":
                 self.loaded.spec.require_diffusion(settings.block_length, rules=settings.sdar_rules)
         except ValueError as exc:  # CheckpointError is a ValueError too
@@ -338,14 +366,16 @@ class Engine:
     async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
         """Check and tokenise a chat request (raises UnknownModel / RequestError for the HTTP layer to map)."""
         self.check_model(request.model)
+        stops = self.check_limits(request)
         self.settings_for(request)  # bad settings fail before the (slower) template work
         prompt = await asyncio.to_thread(self.encode, request)  # tokenising and templating: off the event loop
         settings, max_tokens, rows = self._rows(request, [prompt])
-        return Prepared(rows, settings, max_tokens, len(prompt), request.stop_strings())
+        return Prepared(rows, settings, max_tokens, len(prompt), stops)
 
     async def prepare_completion(self, request: CompletionRequest) -> Prepared:
         """Check and tokenise a legacy completions request (no chat template)."""
         self.check_model(request.model)
+        stops = self.check_limits(request)
         self.settings_for(request)
         prompts = await asyncio.to_thread(self.encode_prompts, request)
         settings, max_tokens, rows = self._rows(request, prompts)
@@ -353,7 +383,7 @@ class Engine:
         if request.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in request.prompts()]
             echo = [t for t in texts for _ in range(request.n)]
-        return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), request.stop_strings(), echo)
+        return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), stops, echo)
 
     def submit(self, prepared: Prepared) -> Submission:
         """Queue a prepared request's rows (QueueFull when the queue is full); call on the event loop.

@@ -243,6 +243,17 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), None where unknown: with
+    the pid it names one process, where a pid alone may since belong to another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
 def health_url(backend: str, host: str, port: int) -> str:
     """Readiness endpoint: ``/health`` for our processes and vLLM, ``/v1/models`` for lmdeploy."""
     return f"http://{host}:{port}/" + ("v1/models" if backend == "lmdeploy" else "health")
@@ -262,8 +273,11 @@ class ManagedProcess:
         return self.run_dir / f"{self.name}.log"
 
     def pid(self) -> int | None:
+        """The pid of the process this pid file records, while it runs; None when it has exited or the pid now
+        belongs to another process (not the group leader we started, or started at another time)."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid_text, *started = self.pid_file.read_text().split()
+            pid = int(pid_text)
         except (FileNotFoundError, ValueError):
             return None
         try:
@@ -276,6 +290,15 @@ class ManagedProcess:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             return None
+        try:
+            leader = os.getpgid(pid) == pid     # started here in a session of its own
+        except ProcessLookupError:
+            return None
+        now = _start_time(pid)
+        if not leader or (started and now is not None and now != started[0]):
+            log.warning("%s: %s names pid %d, which is another process now (%s); it is left alone", self.name,
+                        self.pid_file, pid, "not a group leader" if not leader else "started at another time")
+            return None
         return pid
 
     def start(self, argv: list[str], *, env: dict[str, str] | None = None) -> int:
@@ -285,7 +308,7 @@ class ManagedProcess:
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **(env or {})})
-        self.pid_file.write_text(f"{proc.pid}\n")
+        self.pid_file.write_text(f"{proc.pid} {_start_time(proc.pid) or ''}".strip() + "\n")
         log.info("%s started (pid %d): %s; log %s", self.name, proc.pid, " ".join(argv), self.log_file)
         return proc.pid
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -94,6 +95,9 @@ class Upstream:
     def __init__(self, config: ProxyConfig):
         self.config = config
         self.model: str | None = None
+        #: The last upstream answer seen by a request or a probe: its HTTP status (None: no answer) and when.
+        self.last_status: int | None = None
+        self.last_seen: float | None = None
         self.kind: str | None = None if config.upstream_kind == "auto" else config.upstream_kind
         self._lock = asyncio.Lock()
         self._client = ChatClient(config.upstream, timeout_s=config.timeout_s, retry=config.retry,
@@ -103,16 +107,34 @@ class Upstream:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def describe(self, timeout_s: float = 5.0) -> dict:
-        """``GET /v1/models`` of the upstream -> its first model card (raises ProxyError 502)."""
+    def _saw(self, status: int | None) -> None:
+        self.last_status, self.last_seen = status, time.time()
+
+    async def describe(self, timeout_s: float | None = None) -> dict:
+        """``GET /v1/models`` of the upstream -> its first model card, within ``timeout_s`` (default: the proxy's
+        ``--timeout``). ProxyError: 504 no answer in time, 502 unreachable, refused or listing no model."""
+        url = models_url(self.config.upstream)
         try:
-            async with httpx.AsyncClient(timeout=timeout_s, headers=self._headers) as http:
-                resp = await http.get(models_url(self.config.upstream))
+            async with httpx.AsyncClient(timeout=timeout_s or self.config.timeout_s, headers=self._headers) as http:
+                resp = await http.get(url)
+        except httpx.TimeoutException:
+            self._saw(None)
+            raise ProxyError(504, f"upstream {self.config.upstream} did not answer {url} within "
+                                  f"{timeout_s or self.config.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            self._saw(None)
+            raise ProxyError(502, f"upstream {self.config.upstream} is unreachable ({type(exc).__name__}: {exc})") \
+                from None
+        self._saw(resp.status_code)
+        if resp.status_code in (401, 403):
+            raise ProxyError(502, f"upstream {self.config.upstream} refused the proxy's credentials (HTTP "
+                                  f"{resp.status_code}): give the upstream's key with --upstream-api-key")
+        try:
             card = resp.json()["data"][0]
             return {"id": str(card["id"]), "owned_by": card.get("owned_by")}
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ProxyError(502, f"upstream {self.config.upstream} is unreachable or lists no model "
-                                  f"({type(exc).__name__}: {exc})") from None
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProxyError(502, f"upstream {self.config.upstream} lists no model at {url} (HTTP "
+                                  f"{resp.status_code}; {type(exc).__name__}: {exc})") from None
 
     async def resolve(self, *, force: bool = False) -> str:
         async with self._lock:
@@ -143,6 +165,7 @@ class Upstream:
             try:
                 result = await self._client.complete(model=model, **self.payload(wm))
             except ChatRequestError as exc:
+                self._saw(exc.status)
                 if exc.status == 404 and attempt == 0:
                     model = await self.resolve(force=True)
                     continue
@@ -152,6 +175,7 @@ class Upstream:
                 # The upstream's 4xx passes through; a 5xx, or a 2xx whose body is not a completion, is a bad
                 # gateway (never an error body under a success status).
                 raise ProxyError(exc.status if 400 <= exc.status < 500 else 502, f"upstream error: {exc}") from None
+            self._saw(200)
             if not result.text:
                 raise ProxyError(502, "upstream returned an empty completion")
             return {"generated_text": result.text, "usage": result.usage}
@@ -165,6 +189,10 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await upstream.resolve()        # the model id for /health from the start; a request retries it
+        except ProxyError as exc:
+            log.warning("upstream not resolved at start-up (requests will try again): %s", exc)
         try:
             yield
         finally:
@@ -197,6 +225,15 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
 
     @app.get("/health")
     async def health():
+        """The proxy's own state, never a call upstream (a probe must not wait on, nor load, the upstream): the
+        model resolved so far and the upstream's last answer."""
+        return {"status": "ok", "upstream": config.upstream, "model": upstream.model, "kind": upstream.kind,
+                "upstream_last_status": upstream.last_status,
+                "upstream_last_seen_s": None if upstream.last_seen is None else round(time.time() - upstream.last_seen, 1)}
+
+    @app.get("/health/upstream")
+    async def health_upstream():
+        """A probe of the upstream (``GET /v1/models``, 3 s): 200 with its model, or 503 saying why not."""
         try:
             card = await upstream.describe(timeout_s=3.0)
         except ProxyError as exc:

@@ -1,9 +1,9 @@
 """The paper's ALFWorld env-server wire form (``alfworld/alfworld_env_server.py`` of
 patronus-ai/mdlm_world_modeling), answered by our env server beside its own routes.
 
-    POST   /reset {"task_id": <key>, "game_file", "split"?}  -> {"obs", "admissible", "goal", "gamefile", "session_id"}
-    POST   /step  {"task_id": <key>, "action"}               -> {"obs", "admissible", "won", "done", "score", "session_id"}
-    DELETE /close {"task_id": <key>}  (or DELETE /)          -> {"status": "closed", "session_id"?}
+    POST   /reset {"task_id": <key>, "game_file", "split"?}  -> {"obs", "admissible", "goal", "gamefile"}
+    POST   /step  {"task_id": <key>, "action"}               -> {"obs", "admissible", "won", "done", "score"}
+    DELETE /close {"task_id": <key>}  (or DELETE /)          -> {"status": "closed"}
 
 The key names the session (``eval-1f2e3d4c``); a reset of a key that has one plays the new game in it. Our
 ``/reset`` and ``/step`` take these bodies too: a reset body with ``game_file`` or ``split``, a step body with

@@ -1,8 +1,8 @@
 """The paper's ScienceWorld env-server wire form (``sciworld/sciworld_env_server.py`` of
 patronus-ai/mdlm_world_modeling), answered by our env server beside its own routes.
 
-    POST   /  {"task_id": <key>, "action"?}  -> {"observation", "score", "reward", "done", "session_id"}
-    DELETE /  {"task_id": <key>}             -> {"status": "closed", "session_id"?}
+    POST   /  {"task_id": <key>, "action"?}  -> {"observation", "score", "reward", "done"}
+    DELETE /  {"task_id": <key>}             -> {"status": "closed"}
 
 The key names the session: the first POST of a key opens one on the task the key names (the part before
 ``_gen``: ``boil_v3_gen1a2b3c`` plays ``boil_v3``, the paper's rule) with the server's default simplification
