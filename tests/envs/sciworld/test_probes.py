@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from textwm.envs.sciworld.probes import ANIMAL_POOL, absent_animal, accepts_focus, animal_words, listed_objects
+from textwm.envs.sciworld.probes import (
+    ANIMAL_POOL,
+    absent_animal,
+    accepts_focus,
+    animal_words,
+    listed_objects,
+)
 
 OUTSIDE = ("This outside location is called the outside. Here you see: \n\tthe agent\n\ta substance called air\n"
            "\ta baby brown bear\n\ta parrot egg\n\ta fire pit (containing nothing)\nYou also see:\n"
