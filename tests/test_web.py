@@ -97,6 +97,8 @@ def test_api_key_host_check_docs_and_bind_rules():
     assert keyed.post("/echo", json={}).status_code == 401
     assert keyed.post("/echo", json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert keyed.post("/echo", json={}, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert keyed.post("/echo", json={}, headers={"Authorization": "bearer s3cret"}).status_code == 200   # RFC 9110
+    assert keyed.post("/echo", json={}, headers={"Authorization": "Basic s3cret"}).status_code == 401
     assert keyed.get("/health").status_code == 200                  # health needs no key
     assert keyed.get("/docs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
     loopback = TestClient(app_with(host="127.0.0.1"), base_url="http://127.0.0.1:30003")
@@ -104,6 +106,8 @@ def test_api_key_host_check_docs_and_bind_rules():
     rebound = TestClient(app_with(host="127.0.0.1"), base_url="http://evil.example:30003")
     r = rebound.post("/echo", json={})
     assert r.status_code == 421 and "evil.example" in r.json()["error"]["message"]
+    shouted = TestClient(app_with(host="127.0.0.1"), base_url="http://LOCALHOST:30003")
+    assert shouted.get("/health").status_code == 200                # host names are case-insensitive
     check_bind("127.0.0.1", ServerSecurity())
     check_bind("0.0.0.0", ServerSecurity(api_key="k"))
     check_bind("0.0.0.0", ServerSecurity(allow_unauthenticated=True))
@@ -115,3 +119,32 @@ def test_error_messages_are_bounded_and_free_of_local_paths():
     assert clean_message("cannot read /home/me/runs/ckpt/config.json") == "cannot read config.json"
     long = clean_message("x" * 5_000_000)
     assert len(long) < 500 and "5000000 characters" in long
+
+
+def test_a_delete_with_a_body_must_be_json_and_http10_without_host_is_served():
+    import asyncio
+
+    app = app_with(host="127.0.0.1")
+
+    @app.app.delete("/thing")
+    async def delete_thing(request: Request):
+        return await read_json_body(request)
+
+    client = TestClient(app, base_url="http://127.0.0.1:30003")
+    r = client.request("DELETE", "/thing", content=b"session=1", headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
+    assert client.request("DELETE", "/thing", json={"session_id": "s"}).json() == {"session_id": "s"}
+
+    async def no_host():          # an HTTP/1.0 request carries no Host header
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+        await app({"type": "http", "method": "GET", "path": "/health", "headers": [],
+                   "http_version": "1.0", "query_string": b"", "root_path": "", "scheme": "http",
+                   "server": ("127.0.0.1", 30003), "client": ("127.0.0.1", 5000)}, receive, send)
+        return sent[0]["status"]
+    assert asyncio.run(no_host()) == 200

@@ -239,18 +239,20 @@ class Guard:
             self.statuses[status_seen[0]] += 1
 
     def _refusal(self, scope: dict, headers: dict[str, str]) -> tuple[int, str, str] | None:
-        if self.allowed_hosts is not None:
-            host = headers.get("host", "")
-            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        if self.allowed_hosts is not None and "host" in headers:     # HTTP/1.0 may send none: nothing to check
+            host = headers["host"]
+            name = (host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]").lower()
             if name not in self.allowed_hosts:
                 return 421, f"Host {host[:80]!r} is not served here (this server answers {sorted(self.allowed_hosts)})", \
                     "invalid_request_error"
         key = self.security.api_key
         if key and scope.get("path") not in self.open_paths:
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+            # The scheme is case-insensitive (RFC 9110 11.1); the token is compared in constant time.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
                 return 401, "missing or wrong API key (send Authorization: Bearer <key>)", "authentication_error"
-        if scope.get("method") == "POST":
+        has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        if scope.get("method") == "POST" or (scope.get("method") == "DELETE" and has_body):
             ctype = headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype != "application/json":
                 return 415, f"Content-Type must be application/json, got {ctype or 'none'!r}", "invalid_request_error"

@@ -56,6 +56,12 @@ def chat(client, **body):
     ({"stop": ["a"] * 33}, 400, "more than the server's --max-stop-strings 32"),
     ({"stop": ["x" * 3000, "y" * 3000]}, 400, "more than the server's --max-stop-chars 4096"),
     ({"messages": MSG * 1025}, 400, "more than the server's --max-messages 1024"),
+    # Strict types and no field dropped.
+    ({"max_tokens": "8"}, 422, "max_tokens: Input should be a valid integer"),
+    ({"stream": "yes"}, 422, "stream: Input should be a valid boolean"),
+    ({"messages": [{**MSG[0], "name": "bob"}]}, 422, "name: Extra inputs are not permitted"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 422,
+     "only text parts"),
 ])
 def test_bad_requests_are_4xx_naming_the_field(client, body, status, needle):
     r = chat(client, **body)
@@ -222,3 +228,11 @@ def test_proxy_bounds_the_model_lookup_names_refused_credentials_and_answers_hea
                 assert bad.status_code == 400 and "Infinity is not a JSON number" in bad.json()["error"]["message"]
         finally:
             upstream.close()
+
+
+def test_openai_content_parts_of_text_are_one_message(client):
+    parts = [{"type": "text", "text": "State: You are in the kitchen.\n\n"}, {"type": "text", "text": "Action: open door"}]
+    as_parts = chat(client, messages=[{"role": "user", "content": parts}], temperature=0).json()
+    as_text = chat(client, temperature=0).json()
+    assert as_parts["choices"][0]["message"] == as_text["choices"][0]["message"]
+    assert as_parts["usage"]["prompt_tokens"] == as_text["usage"]["prompt_tokens"]

@@ -29,8 +29,27 @@ FinishReason = Literal["stop", "length"]
 
 
 class ChatMessage(BaseModel):
+    """A message: ``content`` as text, or OpenAI's content parts (text parts only, joined)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     role: str
     content: str
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, content: Any) -> Any:
+        if isinstance(content, list):
+            texts = []
+            for i, part in enumerate(content):
+                if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                        and set(part) == {"type", "text"}):
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise ValueError(f"content part {i} ({kind!r}): only text parts ({{'type': 'text', 'text': "
+                                     f"...}}) are served here")
+                texts.append(part["text"])
+            return "".join(texts)
+        return content
 
     @field_validator("role")
     @classmethod
@@ -49,9 +68,10 @@ class StreamOptions(BaseModel):
 
 class SamplingRequest(BaseModel):
     """The fields chat and legacy completions share: OpenAI's sampling fields plus the diffusion ones
-    (per request; the server's flags are the defaults; lmdeploy has none)."""
+    (per request; the server's flags are the defaults; lmdeploy has none). Strict types: ``"8"`` is not a number
+    nor ``"yes"`` a boolean (an integer is a float)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str | None = Field(default=None, max_length=512)
     max_tokens: int | None = Field(default=None, ge=1)
