@@ -1,7 +1,7 @@
 """Score SDAR predictions written by `sdar/eval_generate.py` (the project's one scorer).
 
 Tiny CPU run (bundled sample predictions):
-    python sdar/evaluate.py --input-dir data/samples/predictions --datasets copy_last_obs --output-dir /tmp/scores
+    python sdar/evaluate.py --input-dir data/samples/predictions --datasets copy_state --output-dir /tmp/scores
 The paper's command lines work as they are (its flags, its file names); its ROUGE-L library:
     python sdar/evaluate.py --input-dir outputs/eval --datasets test --output-dir outputs/eval --rouge-impl pltrdy
 Side by side:
