@@ -96,3 +96,28 @@ def test_read_json_error_has_line(tmp_path):
     path.write_text('{\n  "a": 1,\n  "b": \n}')
     with pytest.raises(DataError, match=r"info\.json:4: invalid JSON"):
         read_json(path)
+
+
+def test_a_file_set_replaces_the_earlier_set_whole_or_not_at_all(tmp_path):
+    from textwm.data.jsonl import PARTIAL_DIR, write_file_set, write_jsonl
+
+    replaces = ["rows_*.jsonl", "card.json"]
+    write_file_set(tmp_path, {"rows_train.jsonl": lambda p: write_jsonl(p, [1]),
+                              "rows_test.jsonl": lambda p: write_jsonl(p, [2]), "card.json": lambda p: p.write_text("1")},
+                   replaces=replaces)
+    # A second run without a test split: the earlier test file does not stay beside the new set.
+    write_file_set(tmp_path, {"rows_train.jsonl": lambda p: write_jsonl(p, [3]), "card.json": lambda p: p.write_text("2")},
+                   replaces=replaces)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["card.json", "rows_train.jsonl"]
+    assert (tmp_path / "card.json").read_text() == "2"
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_file_set(tmp_path, {"rows_train.jsonl": lambda p: write_jsonl(p, [4]), "card.json": interrupted},
+                       replaces=replaces)
+    assert (tmp_path / "card.json").read_text() == "2" and (tmp_path / "rows_train.jsonl").read_text() == "3\n"
+    assert (tmp_path / PARTIAL_DIR).is_dir()                          # left for the next run to clear
+    write_file_set(tmp_path, {"card.json": lambda p: p.write_text("3")}, replaces=replaces)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["card.json"]

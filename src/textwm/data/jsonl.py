@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -245,3 +245,30 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"invalid JSON at column {exc.colno}: {exc.msg}", path=p, line=exc.lineno) from None
+
+
+#: The folder a result set is written into before it replaces the earlier set (:func:`write_file_set`).
+PARTIAL_DIR = ".partial"
+
+
+def write_file_set(folder: str | os.PathLike, writers: dict[str, Callable[[Path], Any]], *,
+                   replaces: Sequence[str]) -> None:
+    """Write one run's files into ``folder`` as a set: each ``writers[name](path)`` into ``folder/.partial/`` first,
+    then every file of the earlier set (the ``replaces`` glob patterns: a split this run did not build included)
+    removed and the new files moved in. An interrupted run leaves the earlier set whole beside a ``.partial``
+    folder, which the next run clears; never new files beside old ones."""
+    import shutil
+
+    folder = Path(folder)
+    partial = folder / PARTIAL_DIR
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, write in writers.items():
+        write(partial / name)
+    for pattern in replaces:
+        for old in folder.glob(pattern):
+            if old.is_file():
+                old.unlink()
+    for name in writers:
+        os.replace(partial / name, folder / name)
+    partial.rmdir()

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from textwm.config import check_output_dir, config_dict, option
-from textwm.data.jsonl import atomic_write, write_json, write_jsonl
+from textwm.data.jsonl import write_file_set, write_json, write_jsonl
 from textwm.envs.contract import EnvSpec
 from textwm.envs.registry import get_env, spec_from_cli
 
@@ -160,18 +160,21 @@ def build(env: str | EnvSpec, config: BuildConfig) -> BuildReport:
     by_split: dict[str, list[dict]] = defaultdict(list)
     for r in results:
         by_split[r.job.split].extend(r.rows)
+    writers: dict[str, Any] = {}
     for split in SPLITS:
         mine = [r for r in results if r.job.split == split]
         if not mine:
             continue
-        write_jsonl(out / f"wm_{split}.jsonl", by_split[split])
-        write_jsonl(out / f"rl_{split}.jsonl", [r.rl for r in mine if r.rl is not None])
-        write_jsonl(out / f"sft_{split}.jsonl", [r.sft for r in mine if r.sft is not None])
+        writers[f"wm_{split}.jsonl"] = lambda p, rows=by_split[split]: write_jsonl(p, rows)
+        writers[f"rl_{split}.jsonl"] = lambda p, mine=mine: write_jsonl(p, [r.rl for r in mine if r.rl is not None])
+        writers[f"sft_{split}.jsonl"] = lambda p, mine=mine: write_jsonl(p, [r.sft for r in mine if r.sft is not None])
     seconds = time.perf_counter() - started
     card = dataset_card(spec, builder, results, config, seconds)
-    write_json(out / "dataset_card.json", card)
-    with atomic_write(out / "dataset_card.md") as f:
-        f.write(card_markdown(card))
+    writers["dataset_card.json"] = lambda p: write_json(p, card)
+    writers["dataset_card.md"] = lambda p: p.write_text(card_markdown(card), encoding="utf-8")
+    # One set: an earlier build's files (a split this one has not) never stay beside this one's.
+    write_file_set(out, writers, replaces=[f"{kind}_{split}.jsonl" for kind in ("wm", "rl", "sft") for split in SPLITS]
+                   + ["dataset_card.json", "dataset_card.md"])
     return BuildReport(out_dir=out, transitions={s: len(v) for s, v in by_split.items()},
                        tasks=len({j.family for j in jobs}), seconds=seconds,
                        gold_below_success=card["gold_below_success"], families=sorted({j.family for j in jobs}))

@@ -173,6 +173,10 @@ def _score(args: argparse.Namespace) -> int:
     # Read (and validate) every file before writing anything: a bad row in the last dataset
     # must not leave the first ones scored without a summary.
     loaded = {name: read_predictions(path, on_error=args.on_bad_row) for name, path in files.items()}
+    # The summary indexes the scored files of one run: an earlier run's goes first, so an interrupted run leaves new
+    # scored files without a summary, never beside an old one.
+    for suffix in (".json", ".md", ".png"):
+        (Path(args.output_dir) / f"eval_summary{suffix}").unlink(missing_ok=True)
     results = {}
     for name, (rows, n_bad) in loaded.items():
         options = ScoreOptions(drop_errors=not args.keep_errors, drop_overlong=not args.keep_overlong,
