@@ -2,12 +2,15 @@
 
 Starts, on free loopback ports: the native WM server (a tiny random SDAR model, client chat templates
 allowed so their limits are probed), the WM proxy in front of it, and the ScienceWorld env server
-(one worker). Every probe is sent as raw bytes; after each one ``/health`` must answer 200. Then:
-``/health`` latency while a slow request (a template of 30,000 x 30,000 loop steps) is being prepared;
-a hung upstream behind a proxy with ``--timeout 30``; and a load through proxy -> server with the server
-killed and restarted mid-run (failures only while it is down, each within the client's deadline).
+(one worker). Every probe is sent as raw bytes (or a chunked body); after each one ``/health`` must answer 200.
+Then: ``/health`` latency while a slow request (a template of 30,000 x 30,000 loop steps) is being prepared;
+poison requests (settings that would overflow the shared sampling step) sent beside healthy ones, counting the
+healthy ones that failed; 1,000 requests at concurrency 64 through the proxy, counting failures and connection
+resets, with the proxy's ``/health`` timed throughout; a hung upstream behind a proxy with ``--timeout 30``; a
+load through proxy -> server with the server killed and restarted mid-run (failures only while it is down, each
+within the client's deadline); and how long the server takes to exit on SIGTERM with requests running.
 
-    python scripts/probe_servers.py --out runs/probe_servers.json          # ~2-3 min on 2 CPU cores
+    python scripts/probe_servers.py --out runs/probe_servers.json          # ~5 min on 2 CPU cores
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ JSON = {"content-type": "application/json"}
 DEEP = b"[" * 100_000 + b"]" * 100_000
 SLOW = "{% for i in range(30000) %}{% for j in range(30000) %}{% endfor %}{% endfor %}x"
 MSG = [{"role": "user", "content": "State: hall\n\nAction: look"}]
+#: A 10 MB body sent in chunks: no Content-Length to refuse it by.
+CHUNKED = "chunked"
+
+
+def _chunks():
+    for _ in range(100):
+        yield b"a" * 100_000
 
 
 def free_port() -> int:
@@ -59,6 +69,8 @@ def common(path: str) -> list[tuple[str, str, str, dict, bytes]]:
             ("empty body", "POST", path, JSON, b""),
             ("Host of another site (DNS rebinding)", "POST", path, {**JSON, "host": "evil.example"}, b"{}"),
             ("GET on a POST route", "GET", path, {}, b""),
+            ("10 MB chunked body (no Content-Length)", "POST", path, JSON, CHUNKED),
+            ("NaN and Infinity", "POST", path, JSON, b'{"x": NaN, "temperature": Infinity}'),
             ("unknown route", "GET", "/no/such/route", {}, b""),
             ("/docs", "GET", "/docs", {}, b"")]
 
@@ -81,7 +93,19 @@ def wm_probes() -> list[tuple[str, str, str, dict, bytes]]:
             ("role wizard", "POST", p, JSON, body({"messages": [{"role": "wizard", "content": "x"}]})),
             ("stream true", "POST", p, JSON, chat(stream=True)),
             ("prompt past max_model_len", "POST", p, JSON, chat(messages=[{"role": "user", "content": "a " * 40000}])),
-            ("unknown model", "POST", p, JSON, chat(model="other"))]
+            ("unknown model", "POST", p, JSON, chat(model="other")),
+            ("temperature 1e-39 (overflows the sampling)", "POST", p, JSON, chat(temperature=1e-39)),
+            ("repetition_penalty 1e-300", "POST", p, JSON, chat(repetition_penalty=1e-300)),
+            ("num_diffusion_steps 1e9", "POST", p, JSON, chat(num_diffusion_steps=10**9)),
+            ("300,000 stop strings, n=4", "POST", p, JSON, chat(stop=[f"s{i}" for i in range(300_000)], n=4)),
+            ("max_tokens \"8\" (a string)", "POST", p, JSON, chat(max_tokens="8")),
+            ("stream \"yes\"", "POST", p, JSON, chat(stream="yes")),
+            ("a message's name field", "POST", p, JSON, chat(messages=[{**MSG[0], "name": "bob"}])),
+            ("OpenAI text content parts", "POST", p, JSON,
+             chat(messages=[{"role": "user", "content": [{"type": "text", "text": "State: hall"}]}])),
+            ("an image content part", "POST", p, JSON,
+             chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])),
+            ("Host: LOCALHOST", "GET", "/health", {"host": "LOCALHOST"}, b"")]
 
 
 def proxy_probes() -> list[tuple[str, str, str, dict, bytes]]:
@@ -91,7 +115,10 @@ def proxy_probes() -> list[tuple[str, str, str, dict, bytes]]:
             ("extra key beside input", "POST", "/", JSON, body({"input": ok, "model": "x"})),
             ("no action", "POST", "/", JSON, body({"input": {"state": "s"}})),
             ("max_tokens 0", "POST", "/", JSON, body({"input": {**ok, "max_tokens": 0}})),
-            ("max_tokens past the model", "POST", "/", JSON, body({"input": {**ok, "max_tokens": 50_000}}))]
+            ("max_tokens past the model", "POST", "/", JSON, body({"input": {**ok, "max_tokens": 50_000}})),
+            ("temperature Infinity", "POST", "/", JSON, b'{"input": {"state": "s", "action": "a", "temperature": Infinity}}'),
+            ("temperature 1e-39", "POST", "/", JSON, body({"input": {**ok, "temperature": 1e-39}})),
+            ("num_diffusion_steps 1e9", "POST", "/", JSON, body({"input": {**ok, "num_diffusion_steps": 10**9}}))]
 
 
 def env_probes() -> list[tuple[str, str, str, dict, bytes]]:
@@ -103,7 +130,11 @@ def env_probes() -> list[tuple[str, str, str, dict, bytes]]:
             ("5 MB task id", "POST", "/reset", JSON, body({"task_id": "b" * 5_000_000})),
             ("unknown session", "POST", "/step", JSON, body({"session_id": "nope", "action": "look around"})),
             ("action a list", "POST", "/step", JSON, body({"session_id": "nope", "action": ["look"]})),
-            ("close an unknown session", "DELETE", "/session/nope", {}, b"")]
+            ("close an unknown session", "DELETE", "/session/nope", {}, b""),
+            ("close a session by a text/plain body", "DELETE", "/session", {"content-type": "text/plain"},
+             b"session_id=nope"),
+            ("the paper form: step another client's task id", "POST", "/",
+             {**JSON, "authorization": "Bearer someone-else"}, body({"task_id": "boil_v0_genabc", "action": "look"}))]
 
 
 def probe(base: str, probes: list, health: str) -> list[dict]:
@@ -111,7 +142,8 @@ def probe(base: str, probes: list, health: str) -> list[dict]:
     with httpx.Client(timeout=60) as http:
         for name, method, path, headers, raw in probes:
             started = time.perf_counter()
-            r = http.request(method, base + path, headers=headers, content=raw or None)
+            r = http.request(method, base + path, headers=headers,
+                             content=_chunks() if raw == CHUNKED else (raw or None))
             seconds = time.perf_counter() - started
             ok = http.get(base + health).status_code == 200
             kind = None
@@ -136,6 +168,86 @@ def health_during_slow_request(base: str) -> float:
         time.sleep(0.1)
     slow.join(60)
     return worst
+
+
+def poison_beside_healthy(base: str, healthy: int = 16) -> dict:
+    """Healthy requests and poison ones (settings that would overflow a shared sampling step) sent at once."""
+    poisons = [{"temperature": 1e-39}, {"repetition_penalty": 1e-300}, {"temperature": 1e-30, "top_p": 0.5}] * 2
+    bodies = [({"temperature": 0.7, "seed": i}, True) for i in range(healthy)] + [(p, False) for p in poisons]
+
+    def send(item):
+        extra, is_healthy = item
+        r = httpx.post(base + "/v1/chat/completions", json={"messages": MSG, "max_tokens": 8, **extra}, timeout=120)
+        return is_healthy, r.status_code
+
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(send, bodies))
+    return {"healthy": healthy, "healthy_failed": sum(ok and status != 200 for ok, status in answers),
+            "poison": len(poisons), "poison_statuses": sorted({status for ok, status in answers if not ok})}
+
+
+def load_through_proxy(proxy_url: str, requests: int = 1000, concurrency: int = 64) -> dict:
+    """``requests`` WM requests at ``concurrency`` through the proxy (keep-alive connections): failures,
+    connection resets, and the proxy's ``/health`` latency sampled throughout."""
+    payload = {"input": {"state": "hall", "action": "look", "max_tokens": 4}}
+    statuses: list[int] = []
+    resets = 0
+    lock = threading.Lock()
+    done = threading.Event()
+    health_s: list[float] = []
+
+    def watch_health() -> None:
+        with httpx.Client(timeout=10) as http:
+            while not done.is_set():
+                started = time.perf_counter()
+                http.get(proxy_url + "/health")
+                health_s.append(time.perf_counter() - started)
+                time.sleep(0.05)
+
+    def worker(n: int) -> None:
+        nonlocal resets
+        with httpx.Client(timeout=120) as http:
+            for _ in range(n):
+                try:
+                    status = http.post(proxy_url + "/", json=payload).status_code
+                except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError):
+                    with lock:
+                        resets += 1
+                    continue
+                with lock:
+                    statuses.append(status)
+
+    watcher = threading.Thread(target=watch_health)
+    watcher.start()
+    started = time.perf_counter()
+    per = [requests // concurrency + (i < requests % concurrency) for i in range(concurrency)]
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(worker, per))
+    seconds = time.perf_counter() - started
+    done.set()
+    watcher.join()
+    return {"requests": requests, "concurrency": concurrency, "ok": statuses.count(200),
+            "failed": sum(s != 200 for s in statuses), "resets": resets, "seconds": round(seconds, 1),
+            "health_max_s": round(max(health_s, default=0.0), 3),
+            "health_p50_s": round(sorted(health_s)[len(health_s) // 2], 3) if health_s else None}
+
+
+def sigterm_exit(server: ManagedProcess, base: str) -> dict:
+    """Seconds from SIGTERM to exit while requests run on the server (they get answers or errors, not hangs)."""
+    def running() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(base + "/v1/chat/completions", json={"messages": MSG, "max_tokens": 64}, timeout=60)
+
+    threads = [threading.Thread(target=running) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    server.stop(grace_s=30)
+    seconds = time.monotonic() - started
+    for t in threads:
+        t.join(60)
+    return {"exit_s": round(seconds, 2)}
 
 
 def hung_upstream(timeout_s: float) -> dict:
@@ -248,8 +360,11 @@ def main() -> int:
         report["proxy"] = probe(urls["proxy"], proxy_probes(), "/health")
         report["env_server"] = probe(urls["env"], env_probes(), "/health")
         report["health_during_slow_request_s"] = round(health_during_slow_request(urls["server"]), 3)
+        report["poison_beside_healthy"] = poison_beside_healthy(urls["server"])
+        report["load_through_proxy"] = load_through_proxy(urls["proxy"])
         report["killed_upstream"] = killed_upstream(server, server_argv, urls["server"] + "/health",
                                                     urls["proxy"] + "/")
+        report["sigterm"] = sigterm_exit(server, urls["server"])
     finally:
         for proc in (proxy, server, env):
             proc.stop()
@@ -258,13 +373,18 @@ def main() -> int:
         print(table(name, report[name]), "\n")
     all_rows = [r for n in ("wm_server", "proxy", "env_server") for r in report[n]]
     report["summary"] = {"probes": len(all_rows), "status_500": sum(r["status"] >= 500 for r in all_rows),
-                         "unhealthy_after": sum(not r["healthy_after"] for r in all_rows)}
+                         "unhealthy_after": sum(not r["healthy_after"] for r in all_rows),
+                         "healthy_failed_beside_poison": report["poison_beside_healthy"]["healthy_failed"]}
     print(f"summary: {report['summary']}; /health during a slow request: {report['health_during_slow_request_s']} s"
-          f" at worst; hung upstream: {report['hung_upstream']}; killed upstream: {report['killed_upstream']}")
+          f" at worst; poison beside healthy: {report['poison_beside_healthy']}; load through the proxy: "
+          f"{report['load_through_proxy']}; SIGTERM: {report['sigterm']}; hung upstream: {report['hung_upstream']}; "
+          f"killed upstream: {report['killed_upstream']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
-    return 0 if report["summary"]["status_500"] == 0 and report["summary"]["unhealthy_after"] == 0 else 1
+    summary = report["summary"]
+    return 0 if summary["status_500"] == summary["unhealthy_after"] == summary["healthy_failed_beside_poison"] == 0 \
+        else 1
 
 
 if __name__ == "__main__":
