@@ -41,6 +41,10 @@ MAX_ERROR_CHARS = 400
 #: Deepest JSON nesting accepted in a request body.
 MAX_JSON_DEPTH = 64
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+#: Seconds our servers keep an idle connection open: longer than clients keep one for reuse (ours: 2 s,
+#: ``textwm.clients.retry.CLIENT_KEEPALIVE_S``; httpx's default: 5 s), so that a server never closes a connection
+#: as a client reuses it (a reset with no response: uvicorn's default, 5 s, equals httpx's default expiry).
+SERVER_KEEPALIVE_S = 75
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s/'\"]+/)+")
 
 

@@ -18,7 +18,13 @@ from typing import Any
 import httpx
 from tqdm.auto import tqdm
 
-from textwm.clients.retry import TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
+from textwm.clients.retry import (
+    CLIENT_KEEPALIVE_S,
+    TRANSIENT_STATUS,
+    Deadline,
+    RetryPolicy,
+    retryable_transport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +79,8 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                                keepalive_expiry=CLIENT_KEEPALIVE_S))
 
     async def __aenter__(self) -> ChatClient:
         return self

@@ -17,6 +17,9 @@ import httpx
 #: HTTP statuses worth retrying: the server is busy, restarting or timed out. Not 500: a server's own fault
 #: answers the same request the same way, and retrying it multiplies the load on a failing server.
 TRANSIENT_STATUS = frozenset({408, 425, 429, 502, 503, 504})
+#: Seconds a client keeps an idle connection for reuse: below every server's idle timeout (uvicorn's default is
+#: 5 s, httpx's expiry too: at that boundary a reused connection can be reset with no response).
+CLIENT_KEEPALIVE_S = 2.0
 
 
 @dataclass(frozen=True)

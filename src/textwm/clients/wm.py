@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from textwm.clients.retry import Deadline, RetryPolicy, retryable_transport
+from textwm.clients.retry import CLIENT_KEEPALIVE_S, Deadline, RetryPolicy, retryable_transport
 from textwm.data.text import strip_tags
 
 #: Keys under which some AR world models wrap the observation (``{"observation": "..."}``).
@@ -145,7 +145,8 @@ class WMClient(_BaseWMClient):
                  api_key: str | None = None, top_p: float | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
                          num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key, top_p=top_p)
-        self._http = httpx.Client(headers=self.headers)
+        self._http = httpx.Client(headers=self.headers, limits=httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_S))
 
     def close(self) -> None:
         self._http.close()
@@ -179,7 +180,8 @@ class AsyncWMClient(_BaseWMClient):
                  max_connections: int = 64, api_key: str | None = None, top_p: float | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
                          num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key, top_p=top_p)
-        self._http = httpx.AsyncClient(headers=self.headers, limits=httpx.Limits(max_connections=max_connections))
+        self._http = httpx.AsyncClient(headers=self.headers, limits=httpx.Limits(
+            max_connections=max_connections, keepalive_expiry=CLIENT_KEEPALIVE_S))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from textwm.clients.retry import TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
+from textwm.clients.retry import CLIENT_KEEPALIVE_S, TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
 from textwm.envs.protocol import EnvError, ResetResult, StepResult
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ class EnvClient:
         self.timeout_s = timeout_s
         self.options = dict(options or {})
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client()
+        self._http = http if http is not None else httpx.Client(limits=httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_S))
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.session_id: str | None = None
 

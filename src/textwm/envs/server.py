@@ -51,6 +51,7 @@ from textwm.envs.pool import PoolConfig, WorkerPool
 from textwm.envs.protocol import EnvError, PaperForm, SessionLost, UnknownSession
 from textwm.envs.registry import spec_from_cli
 from textwm.web import (
+    SERVER_KEEPALIVE_S,
     BadBody,
     Guard,
     ServerSecurity,
@@ -484,7 +485,7 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
 
     log.info("%s env server on %s:%d: %s", spec.name, config.host, config.port, pool_config)
     app = create_env_app(spec, pool_config, getattr(config, "session", None), config.security, host=config.host)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_keep_alive=SERVER_KEEPALIVE_S)
     return 0
 
 

@@ -19,7 +19,7 @@ from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BACKENDS, BackendSpec, DllmFlags, server_decode_defaults, with_dllm_flags
 from textwm.serving.proxy import ProxyConfig
-from textwm.web import ServerSecurity, check_bind
+from textwm.web import SERVER_KEEPALIVE_S, ServerSecurity, check_bind
 
 if TYPE_CHECKING:
     from textwm.serving.engine import EngineConfig
@@ -138,7 +138,7 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
         return 2
     log.info("engine: %s", config_dict(engine_config))
     uvicorn.run(create_app(engine, config.security, host=config.host), host=config.host, port=config.port,
-                log_level="warning")
+                log_level="warning", timeout_keep_alive=SERVER_KEEPALIVE_S)
     return 0
 
 
@@ -171,7 +171,7 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
 
     log.info("WM proxy on %s:%d -> %s", config.host, config.port, config.proxy.upstream)
     uvicorn.run(create_proxy_app(config.proxy, config.security, host=config.host), host=config.host,
-                port=config.port, log_level="warning")
+                port=config.port, log_level="warning", timeout_keep_alive=SERVER_KEEPALIVE_S)
     return 0
 
 
