@@ -19,7 +19,13 @@ from typing import Any
 
 import httpx
 
-from textwm.clients.retry import CLIENT_KEEPALIVE_S, TRANSIENT_STATUS, Deadline, RetryPolicy, retryable_transport
+from textwm.clients.retry import (
+    CLIENT_KEEPALIVE_S,
+    TRANSIENT_STATUS,
+    Deadline,
+    RetryPolicy,
+    retryable_transport,
+)
 from textwm.envs.protocol import EnvError, ResetResult, StepResult
 
 log = logging.getLogger(__name__)
