@@ -236,3 +236,38 @@ def test_openai_content_parts_of_text_are_one_message(client):
     as_text = chat(client, temperature=0).json()
     assert as_parts["choices"][0]["message"] == as_text["choices"][0]["message"]
     assert as_parts["usage"]["prompt_tokens"] == as_text["usage"]["prompt_tokens"]
+
+
+def test_a_client_that_leaves_cancels_its_upstream_call():
+    """The proxy waits on the upstream and on the client: a disconnect cancels the upstream call (closing its
+    connection, so the upstream server drops its rows), and nothing is answered."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from textwm.serving.proxy import _unless_client_leaves
+
+    cancelled = []
+
+    async def upstream_call():
+        try:
+            await asyncio.sleep(5)
+            return {"generated_text": "late"}
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def run(leave_after: float | None):
+        async def receive():
+            if leave_after is None:
+                await asyncio.sleep(60)
+            await asyncio.sleep(leave_after)
+            return {"type": "http.disconnect"}
+        request = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+        started = time.monotonic()
+        answer = await _unless_client_leaves(request, upstream_call() if leave_after else asyncio.sleep(0, "ok"))
+        return answer, time.monotonic() - started
+
+    answer, seconds = asyncio.run(run(0.2))
+    assert answer is None and seconds < 1.0 and cancelled == [True]
+    assert asyncio.run(run(None))[0] == "ok"

@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -182,6 +183,27 @@ class Upstream:
         raise ProxyError(502, "upstream kept rejecting the model id")  # pragma: no cover
 
 
+async def _unless_client_leaves(request: Request, work: Any) -> Any:
+    """``work``'s result; None, with ``work`` cancelled (its upstream connection closed, so the upstream drops
+    its rows too), when the client closes its connection first."""
+    task = asyncio.ensure_future(work)
+
+    async def client_gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":   # the body is read: next is the disconnect
+            pass
+
+    gone = asyncio.ensure_future(client_gone())
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled() or not task.done():
+        return None
+    return task.result()
+
+
 def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecurity(), *,
                      host: str | None = None) -> Guard:
     """The proxy as an ASGI app behind the shared HTTP layer (``host``: the bind address, for the Host check)."""
@@ -214,7 +236,10 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
         except ValidationError as exc:
             return error_response(request, 422, validation_message(exc), "invalid_request_error")
         try:
-            return JSONResponse(await upstream.generate(wm))  # direct: skips FastAPI's jsonable_encoder pass
+            answer = await _unless_client_leaves(request, upstream.generate(wm))
+            if answer is None:     # the client went away: its upstream request was cancelled, nobody reads this
+                return JSONResponse(status_code=499, content=None)
+            return JSONResponse(answer)  # direct: skips FastAPI's jsonable_encoder pass
         except ProxyError as exc:
             log.warning("request failed (%d): %s", exc.status, exc)
             return error_response(request, exc.status, str(exc),
