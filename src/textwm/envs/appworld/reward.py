@@ -231,11 +231,7 @@ def _action_reward(rules: Rules, completed: Call | None, working: Sequence[Call]
     if not calls:
         return 0.0
     successes = [c for c in working if not c.failed]
-    reward = 0.6 * len(successes) / len(working) if working else 0.05
-    if any(c.returned_records for c in working):
-        reward += 0.1
-    if len(calls) > 2 and _repeats(calls) > len(calls) / 2:
-        reward *= 0.5
+    reward = _calls_credit(working, calls)
     if any(c.name.endswith("__login") and not c.failed and _real_login(rules, c) for c in working):
         reward += 0.2
     if completed is not None:
@@ -246,6 +242,17 @@ def _action_reward(rules: Rules, completed: Call | None, working: Sequence[Call]
     else:
         reward *= 0.5
     return max(0.0, reward * _penalty(rules, calls))
+
+
+def _calls_credit(working: Sequence[Call], calls: Sequence[Call]) -> float:
+    """An action task's credit for its calls: 0.6 x the share that succeeded (0.05 with none but the completion),
+    + 0.1 when records came back; x0.5 when more than half of over two calls repeat an earlier one."""
+    credit = 0.6 * sum(not c.failed for c in working) / len(working) if working else 0.05
+    if any(c.returned_records for c in working):
+        credit += 0.1
+    if len(calls) > 2 and _repeats(calls) > len(calls) / 2:
+        credit *= 0.5
+    return credit
 
 
 def _repeats(calls: Sequence[Call]) -> int:
@@ -346,12 +353,7 @@ def paper_reward(rules: Rules, actions: Sequence[str | None], observations: Sequ
     if not calls:
         return 0.0
     successes = [c for c in working if not c.failed]
-    reward = 0.6 * len(successes) / len(working) if working else 0.05
-    if any(c.returned_records for c in working):
-        reward += 0.1
-    if len(calls) > 2 and _repeats(calls) > len(calls) / 2:
-        reward *= 0.5
-    reward *= _penalty(rules, calls)
+    reward = _calls_credit(working, calls) * _penalty(rules, calls)
     if any(c.name.endswith("__login") and not c.failed and _real_login(rules, c) for c in working):
         reward += 0.2
     if completed is None and working:
