@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import json
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -186,6 +187,19 @@ def poison_beside_healthy(base: str, healthy: int = 16) -> dict:
             "poison": len(poisons), "poison_statuses": sorted({status for ok, status in answers if not ok})}
 
 
+#: A process that times GET <url> every 50 ms until a line arrives on stdin, then prints the latencies.
+HEALTH_WATCH = """
+import sys, threading, time, httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+seen = []
+with httpx.Client(timeout=10) as http:
+    while not stop.is_set():
+        t = time.perf_counter(); http.get(sys.argv[1]); seen.append(time.perf_counter() - t); time.sleep(0.05)
+print(" ".join(f"{x:.4f}" for x in seen))
+"""
+
+
 def load_through_proxy(proxy_url: str, requests: int = 1000, concurrency: int = 64) -> dict:
     """``requests`` WM requests at ``concurrency`` through the proxy (keep-alive connections): failures,
     connection resets, and the proxy's ``/health`` latency sampled throughout."""
@@ -193,16 +207,10 @@ def load_through_proxy(proxy_url: str, requests: int = 1000, concurrency: int = 
     statuses: list[int] = []
     resets = 0
     lock = threading.Lock()
-    done = threading.Event()
-    health_s: list[float] = []
-
-    def watch_health() -> None:
-        with httpx.Client(timeout=10) as http:
-            while not done.is_set():
-                started = time.perf_counter()
-                http.get(proxy_url + "/health")
-                health_s.append(time.perf_counter() - started)
-                time.sleep(0.05)
+    # /health is timed from a process of its own: a thread here would wait on this process's 64 client threads
+    # (one interpreter lock), which is not the proxy's latency.
+    watcher = subprocess.Popen([sys.executable, "-c", HEALTH_WATCH, proxy_url + "/health"], stdout=subprocess.PIPE,
+                               stdin=subprocess.PIPE, text=True)
 
     def worker(n: int) -> None:
         nonlocal resets
@@ -217,15 +225,13 @@ def load_through_proxy(proxy_url: str, requests: int = 1000, concurrency: int = 
                 with lock:
                     statuses.append(status)
 
-    watcher = threading.Thread(target=watch_health)
-    watcher.start()
     started = time.perf_counter()
     per = [requests // concurrency + (i < requests % concurrency) for i in range(concurrency)]
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(worker, per))
     seconds = time.perf_counter() - started
-    done.set()
-    watcher.join()
+    out, _ = watcher.communicate("stop\n", timeout=30)
+    health_s = [float(x) for x in out.split()]
     return {"requests": requests, "concurrency": concurrency, "ok": statuses.count(200),
             "failed": sum(s != 200 for s in statuses), "resets": resets, "seconds": round(seconds, 1),
             "health_max_s": round(max(health_s, default=0.0), 3),
