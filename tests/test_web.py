@@ -85,6 +85,7 @@ def test_a_chunked_body_over_the_limit_is_a_413_too():
     (b'{"temperature": Infinity}', "Infinity is not a JSON number"),
     (b'{"a": [1, NaN]}', "NaN is not a JSON number"),
     (b'{"a": -Infinity}', "-Infinity is not a JSON number"),
+    (b'{"temperature": 1e999}', "1e999 (beyond a float) is not a JSON number"),
 ])
 def test_hostile_json_is_a_400_never_a_500(raw, needle):
     client = TestClient(app_with(ServerSecurity(max_body_bytes=1_000_000)), raise_server_exceptions=False)

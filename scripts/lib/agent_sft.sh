@@ -46,7 +46,9 @@ CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-$(seq -s, 0 $((NUM_GPUS - 1)))}"
 MASTER_PORT="${MASTER_PORT:-29500}"
 DEEPSPEED="${DEEPSPEED:-$([ "$NUM_GPUS" -gt 1 ] && echo zero2 || echo none)}"
 # The weights' dtype: bfloat16 under DeepSpeed (it keeps float32 master weights), else float32 (bf16 compute on
-# GPU): an optimizer stepping bfloat16 weights itself loses every step smaller than ~1/256 of a weight.
+# GPU): an optimizer stepping bfloat16 weights itself loses every step smaller than ~1/256 of a weight. Float32
+# weights, gradients and AdamW take ~16 bytes a parameter (a 4B model ~64 GB): for such a model on one GPU set
+# DEEPSPEED=zero2 (with --offload_optimizer) or TORCH_DTYPE=bfloat16 (warned).
 TORCH_DTYPE="${TORCH_DTYPE:-$([ "$NUM_GPUS" -gt 0 ] && [ "$DEEPSPEED" != none ] && echo bfloat16 || echo float32)}"
 MAX_LENGTH="${MAX_LENGTH:-8192}"
 EPOCHS="${EPOCHS:-1}"

@@ -144,10 +144,18 @@ def _refuse_constant(name: str) -> Any:
     raise _NonFinite(name)
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number too large for a float (``1e999``) reads as infinity in Python: refused as well."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NonFinite(f"{text[:40]} (beyond a float)")
+    return value
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """A request body as a JSON object; :class:`BadBody` for anything else (with the reason)."""
     try:
-        body = json.loads(raw, parse_constant=_refuse_constant) if raw.strip() else {}
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float) if raw.strip() else {}
     except _NonFinite as exc:
         raise BadBody(f"{exc} is not a JSON number: send a finite value") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

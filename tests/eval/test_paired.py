@@ -58,3 +58,14 @@ def test_the_command_reads_episode_files(tmp_path, capsys):
     assert json.loads(out.read_text())["only_after"] == 2
     assert main(["--before", str(tmp_path / "nope"), "--after", str(tmp_path / "grpo")]) == 2
     assert "no such episodes file" in capsys.readouterr().err
+
+
+def test_several_after_runs_against_one_before_run_count_each_task_once():
+    from textwm.eval.paired import mcnemar_exact, sign_test_over_runs
+
+    before = [{"episode_id": str(i), "success": False} for i in range(12)]
+    better = [{"episode_id": str(i), "success": i < 10} for i in range(12)]
+    # Ten tasks better in both seeds: a sign test over 10 tasks, not a McNemar test over 20 pairs.
+    assert sign_test_over_runs(before, [better, better]) == mcnemar_exact(0, 10) > mcnemar_exact(0, 20)
+    with pytest.raises(ValueError, match="after-run 1 did not play"):
+        sign_test_over_runs(before, [better, better[:5]])

@@ -160,7 +160,7 @@ def test_each_seed_is_a_grpo_agent_of_its_own_named_after_the_first(tmp_path):
         ("grpo_real", "real", "grpo/real"), ("grpo_real_seed2", "real", "grpo/real/seed2")]
 
 
-def test_the_paired_summary_pools_the_seeds_of_an_arm_as_pairs(tmp_path):
+def test_the_summary_sums_the_seeds_and_tests_them_task_by_task(tmp_path):
     comparison = Comparison(ComparisonConfig.create(out=str(tmp_path), grpo_seeds=(0, 1), **REAL_ONLY),
                             echo=lambda line: None)
     runs = {"sft": [True, False, False, True], "grpo_real": [True, True, False, True],
@@ -175,9 +175,10 @@ def test_the_paired_summary_pools_the_seeds_of_an_arm_as_pairs(tmp_path):
     summary = json.loads(comparison.path("stage2_summary.json").read_text())
     assert summary["env"] == "sciworld" and set(summary["arms"]) == {"real"}
     real = summary["arms"]["real"]
-    # 4 tasks x 2 seeds; the SFT run is each seed's "before"; discordant: 1 only before, 3 only after
+    # 4 tasks x 2 seeds, the SFT run counted once per seed. The p-value counts each task once (the SFT run is one
+    # run): the seeds' mean minus before is -0.5, +1, +0.5, 0: one task worse, two better, an exact sign test.
     assert (real["episodes"], real["success_before"], real["success_after"]) == (8, 4, 6)
-    assert real["p_value"] == pytest.approx(0.625)
+    assert real["p_value"] == pytest.approx(1.0)
     assert (real["steps"], real["seeds"]) == (3, [0, 1])
     assert real["per_seed"] == [{"seed": 0, "success_after": 3, "p_value": 1.0},
                                 {"seed": 1, "success_after": 3, "p_value": 1.0}]

@@ -224,8 +224,9 @@ def owner_key(request: Request, task_id: str) -> str:
     """The table key of a paper-form ``task_id``: scoped to its owner, the API key the client sent (hashed) or,
     without one, the client's address, so that no client steps or closes another's session by guessing its task
     id. (Without an API key, clients of one address are one owner: on loopback, one machine's users.)"""
-    auth = request.headers.get("authorization", "")
-    owner = ("key:" + hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else
+    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else ""
+    owner = ("key:" + hashlib.sha256(token.encode()).hexdigest()[:16] if token else
              "addr:" + (request.client.host if request.client else "?"))
     return f"{owner}\x00{task_id}"
 

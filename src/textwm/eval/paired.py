@@ -125,6 +125,22 @@ def compare(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], *
                          p_value=mcnemar_exact(only_before, only_after), failed_pairs=len(failed))
 
 
+def sign_test_over_runs(before: Sequence[dict[str, Any]], afters: Sequence[Sequence[dict[str, Any]]]) -> float:
+    """Two-sided p-value that several after-runs (seeds) differ from one before-run, task by task.
+
+    The before-run is one run, so its episodes cannot be paired again with each seed's as if independent: each
+    task counts once, by the sign of (its mean success over the after-runs) - (its success before), in an exact
+    sign test (McNemar's, when there is one after-run).
+    """
+    a = _by_id(before, "before")
+    runs = [_by_id(after, f"after {i}") for i, after in enumerate(afters)]
+    for i, b in enumerate(runs):
+        if b.keys() != a.keys():
+            raise ValueError(f"after-run {i} did not play the before-run's episodes")
+    diffs = [sum(b[k] for b in runs) / len(runs) - a[k] for k in a]
+    return mcnemar_exact(sum(d < 0 for d in diffs), sum(d > 0 for d in diffs))
+
+
 def _by_id(records: Sequence[dict[str, Any]], name: str) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for i, r in enumerate(records):

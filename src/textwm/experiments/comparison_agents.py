@@ -18,7 +18,7 @@ scored in the real env.
 5. ``agent/paired``: every trained agent against the SFT agent on the same held-out tasks, pair by pair (exact
    McNemar test, bootstrap interval on the difference; :mod:`textwm.eval.paired`), also written as
    ``stage2_summary.json`` (``{"env", "arms": {arm: {"episodes", "success_before", "success_after", "p_value",
-   "steps", "seeds", "per_seed"}}}``, the seeds' pairs pooled).
+   "steps", "seeds", "per_seed"}}}``: counts summed over the seeds, the p-value a sign test over tasks).
 
 Every real-env result carries its 95% Wilson interval over episodes. The world models are the scored arms
 of one regime: ``convert`` when it ran (the recipe the paper's models come from), else ``scratch``.
@@ -128,6 +128,8 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
     for arm in arms.values():
         plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
                  (f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm))]
+    if c.calibration_episodes and c.agent_sft_checkpoints <= 1:    # the start's point of every calibration curve
+        plan.append(("calibration/sft", lambda: _calibration_run(comparison, sft_agent(comparison), "sft")))
     for agent in grpo_agents(comparison):
         arm = arms.get(agent.label)
         work = ((lambda a=agent: grpo_in_real(comparison, a)) if arm is None else
@@ -173,12 +175,12 @@ def train_agent(comparison: Any) -> dict[str, Any]:
     from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
 
     c = comparison.config
-    every = c.agent_sft_steps // c.agent_sft_checkpoints if c.agent_sft_checkpoints > 1 else 0
+    every = max(1, c.agent_sft_steps // c.agent_sft_checkpoints) if c.agent_sft_checkpoints > 1 else 0
     return train_agent_on_demos(AgentSFT(
         demos=str(agent_data(comparison, "sft_train.jsonl")), tasks=str(agent_data(comparison, "rl_train.jsonl")),
         out=str(comparison.path("agent")), steps=c.agent_sft_steps, size=c.agent_size, vocab_size=c.agent_vocab_size,
         cutoff_len=c.agent_cutoff_len, learning_rate=c.agent_learning_rate, batch_size=c.batch_size, seed=c.seed,
-        init=c.agent_init, save_every=max(1, every) if every else 0))
+        init=c.agent_init, save_every=every))
 
 
 def choose_sft_stop(comparison: Any) -> dict[str, Any]:
@@ -203,7 +205,7 @@ def choose_sft_stop(comparison: Any) -> dict[str, Any]:
 
 
 def _evaluate(comparison: Any, agent_path: Any, name: str, *, rows: str = "rl_test.jsonl", out: str = "agent_eval",
-              **wm: Any) -> dict[str, Any]:
+              episodes: int | None = None, **wm: Any) -> dict[str, Any]:
     """``textwm.eval.run`` of an agent on the held-out task ``rows`` (Stage 2's copy, the first ``agent_episodes``
     of them): the real env alone, or with ``wm`` (the endpoint and its settings) also in the world model and
     replayed."""
@@ -211,7 +213,7 @@ def _evaluate(comparison: Any, agent_path: Any, name: str, *, rows: str = "rl_te
 
     c = comparison.config
     return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path(out, name)),
-                          rows=str(agent_data(comparison, rows)), episodes=c.agent_episodes,
+                          rows=str(agent_data(comparison, rows)), episodes=episodes or c.agent_episodes,
                           max_turns=c.agent_turns, workers=c.workers, device="auto", agent_path=str(agent_path), **wm))
 
 
@@ -221,8 +223,9 @@ def eval_agent(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
 
 
 def _calibration_run(comparison: Any, agent_path: Any, name: str) -> dict[str, Any]:
-    """An agent on the calibration rows (``calibration/<name>``)."""
-    out = _evaluate(comparison, agent_path, name, rows=CALIBRATION_FILE, out="calibration")
+    """An agent on every calibration row (``calibration/<name>``)."""
+    out = _evaluate(comparison, agent_path, name, rows=CALIBRATION_FILE, out="calibration",
+                    episodes=comparison.config.calibration_episodes)
     return {k: out["real"].get(k) for k in ("episodes", "successes", "success_rate", "success_ci95")}
 
 
@@ -232,9 +235,9 @@ def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
     from textwm.rl.in_wm import grpo_checkpoints
 
     done = comparison.state["done"]
-    start = done.get("agent/sft_stop")
-    chosen = next((t for t in start["tried"] if t["step"] == start["step"]), None) if start else None
-    points = [{**(chosen or _calibration_run(comparison, sft_agent(comparison), "sft")), "step": 0}]
+    start = done.get("agent/sft_stop") or {}
+    chosen = next((t for t in start.get("tried", ()) if t["step"] == start["step"]), None)
+    points = [{**(chosen or done["calibration/sft"]), "step": 0}]
     for step, folder in grpo_checkpoints(Path(done[agent.grpo_key]["run_dir"])):
         points.append({"step": step, **_calibration_run(comparison, folder, f"{agent.name}_step{step}")})
     return {"agent": agent.name, "points": [{k: p[k] for k in ("step", "episodes", "successes", "success_rate")}
@@ -274,9 +277,8 @@ def probe_world_model(comparison: Any, arm: Any) -> dict[str, Any]:
 
     c = comparison.config
     rows = read_jsonl(agent_data(comparison, "rl_test.jsonl")).rows
-    with _served(comparison, arm) as endpoint:
-        figures = get_env(c.env).probe_world_model(rows, WMClient(endpoint, max_tokens=c.gen_length),
-                                                   comparison.path("probes", arm.folder))
+    with _served(comparison, arm) as endpoint, WMClient(endpoint, max_tokens=c.gen_length) as wm:
+        figures = get_env(c.env).probe_world_model(rows, wm, comparison.path("probes", arm.folder))
     return {"world_model": arm.name, **(figures or {"skipped": f"{c.env} has no probes for these task rows"})}
 
 
@@ -322,7 +324,7 @@ def grpo_in_real(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
 def paired_results(comparison: Any) -> dict[str, Any]:
     """Every GRPO agent against the SFT agent on the same held-out tasks; ``stage2_summary.json`` beside the report."""
     from textwm.data.jsonl import write_json
-    from textwm.eval.paired import compare, load_episodes
+    from textwm.eval.paired import compare, load_episodes, sign_test_over_runs
 
     c, done = comparison.config, comparison.state["done"]
     before = load_episodes(comparison.path("agent_eval", "sft"))
@@ -333,12 +335,12 @@ def paired_results(comparison: Any) -> dict[str, Any]:
         by_arm.setdefault(agent.inside, []).append((agent, after))
     summary = {}
     for inside, runs in by_arm.items():
-        # The seeds' runs against the one SFT run, pooled as pairs: each (task, seed) pair once.
-        tag = lambda episodes, seed: [{**e, "episode_id": f"{e['episode_id']}#seed{seed}"} for e in episodes]  # noqa: E731
-        pooled = compare([e for a, _ in runs for e in tag(before, a.seed)],
-                         [e for a, after in runs for e in tag(after, a.seed)], seed=c.seed).to_dict()
-        summary[inside] = {"episodes": pooled["episodes"], "success_before": pooled["successes_before"],
-                           "success_after": pooled["successes_after"], "p_value": pooled["p_value"],
+        # Episodes and successes summed over the seeds (the one SFT run counted once per seed); the p-value is
+        # a sign test over tasks of the seeds' mean against the SFT run, each task once (the SFT run is one run).
+        summary[inside] = {"episodes": sum(agents[a.name]["episodes"] for a, _ in runs),
+                           "success_before": sum(agents[a.name]["successes_before"] for a, _ in runs),
+                           "success_after": sum(agents[a.name]["successes_after"] for a, _ in runs),
+                           "p_value": sign_test_over_runs(before, [after for _, after in runs]),
                            "steps": len((done.get(runs[0][0].grpo_key) or {}).get("reward_per_step") or []),
                            "seeds": [a.seed for a, _ in runs],
                            "per_seed": [{"seed": a.seed, "success_after": agents[a.name]["successes_after"],

@@ -216,7 +216,9 @@ def stage2_section(comparison: Any) -> list[str]:
     lines = [title, *not_run,
              f"{f'The agent `{c.agent_init}`' if c.agent_init else f'One AR agent (`{c.agent_size}` shape)'} "
              f"trained on {sft['demos']} gold demos ({sft['turn_rows']} "
-             f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}), then {c.grpo_steps} GRPO "
+             f"turn rows, {sft['steps']} steps, final loss {_fmt(sft['train_loss'])}"
+             + (f"; GRPO starts from its step {done['agent/sft_stop']['step']}" if "agent/sft_stop" in done else "")
+             + f"), then {c.grpo_steps} GRPO "
              f"steps of up to {c.grpo_turns} turns "
              + " and ".join((["inside each world model (the env's local responder first)"] if wm_arms(comparison)
                              else []) + (["in the real env"] if "real" in c.grpo_families else []))
@@ -282,9 +284,9 @@ def stage2_section(comparison: Any) -> list[str]:
                          f"{p['only_after']} / {p['only_before']} | {p['p_value']:.3g} |")
         for inside, arm in paired.get("arms", {}).items():
             if len(arm["seeds"]) > 1:
-                lines.append(f"| all seeds pooled ({', '.join(map(str, arm['seeds']))}) | {inside} | "
-                             f"{arm['success_before']} -> {arm['success_after']} of {arm['episodes']} (pairs) | | | "
-                             f"{arm['p_value']:.3g} |")
+                lines.append(f"| all seeds ({', '.join(map(str, arm['seeds']))}; p: sign test over tasks) | "
+                             f"{inside} | {arm['success_before']} -> {arm['success_after']} of {arm['episodes']} | | "
+                             f"| {arm['p_value']:.3g} |")
     chart = stage2_chart(comparison, comparison.path("stage2.png"))
     steps_chart = grpo_steps_chart(comparison, comparison.path("stage2_steps.png"))
     return [*lines, "", *_calibration_lines(comparison), *([f"![Stage 2]({chart.name})\n"] if chart else []),

@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 #: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
 NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
-STAGE2_SETTINGS = ("stage2", "stage1", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
+STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
                    "agent_sft_steps", "agent_sft_checkpoints", "agent_target_success", "agent_learning_rate",
                    "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate", "grpo_generations",
                    "grpo_tasks_per_step", "grpo_dynamic_sample", "grpo_seeds", "grpo_completion_length",
@@ -193,6 +193,8 @@ class ComparisonConfig:
         if not self.stage1 and not (self.stage2 and set(self.grpo_families) == {"real"}):
             raise ValueError("Stage 2 alone (stage1 off) trains no world model: it needs stage2 on and grpo_families "
                              f"real alone, got stage2 {self.stage2}, grpo_families {' '.join(self.grpo_families)}")
+        if self.calibration_episodes < 0:
+            raise ValueError(f"calibration_episodes must be >= 0, got {self.calibration_episodes}")
         if self.agent_sft_checkpoints > 1 and not self.calibration_episodes:
             raise ValueError("agent_sft_checkpoints > 1 picks the SFT stop on the calibration rows: set "
                              "calibration_episodes")

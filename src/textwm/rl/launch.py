@@ -126,7 +126,10 @@ class GRPOConfig:
     num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
     master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
     torch_dtype: str = _knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
-                                 "DeepSpeed, which keeps float32 master weights)", "TORCH_DTYPE")
+                                 "DeepSpeed, which keeps float32 master weights). Float32 weights, gradients and "
+                                 "AdamW take ~16 bytes a parameter (a 4B agent ~64 GB): for such an agent on one "
+                                 "GPU use DEEPSPEED with OFFLOAD_OPTIMIZER, or bfloat16 (which loses small updates)",
+                             "TORCH_DTYPE")
     use_vllm: bool | None = _knob(None, "rollouts with vLLM (default: on GPU)", "USE_VLLM")
     vllm_mode: str = _knob("colocate", "vLLM mode", "VLLM_MODE")
     vllm_gpu_memory_utilization: float = _knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")

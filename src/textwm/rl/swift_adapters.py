@@ -325,6 +325,7 @@ class EpisodeDriver:
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
                 "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {}),
                 "last_reply": t["replies"][-1] if t["replies"] else None,
+                # What the paper's rule reads of the task: every turn's infos may be the last ms-swift keeps.
                 "reward_context": self.spec.reward_context(self.spec.episode_from_dict(state["episode"]))}
 
 
@@ -536,7 +537,9 @@ def make_reward_class(env: str | EnvSpec) -> type:
                 records.append({"time": round(time.time(), 3), "step": step,
                                 "prompt_id": _at(kwargs.get("prompt_id"), i),
                                 "request_id": _at(kwargs.get("request_id"), i),
-                                **{k: v for k, v in info.items() if k != "num_turns"}, **extra,
+                                # reward_context stays out: the task's accounts are not a trajectory's to log.
+                                **{k: v for k, v in info.items() if k not in ("num_turns", "reward_context")},
+                                **extra,
                                 "reward_source": source, "reward": value})
             self.trajectory_log.append(records)
             errors = sum(bool(r["wm_error"]) for r in records)

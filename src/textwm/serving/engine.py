@@ -285,7 +285,7 @@ class Engine:
             settings = dataclasses.replace(d, gen_length=max_tokens,
                                            **{k: v for k, v in overrides.items() if v is not None})
             steps = overrides.get("denoising_steps")      # None too where the SDAR rules ignore a request's
-            if steps is not None and steps > settings.block_length:
+            if self.family == "sdar" and steps is not None and steps > settings.block_length:
                 # The decoders keep per-step state of this length: a request may not size it past what a block
                 # can use (each step fills at least one of the block's tokens).
                 raise ValueError(f"num_diffusion_steps must be at most block_length ({settings.block_length}): a "

@@ -137,10 +137,10 @@ class Upstream:
             raise ProxyError(502, f"upstream {self.config.upstream} lists no model at {url} (HTTP "
                                   f"{resp.status_code}; {type(exc).__name__}: {exc})") from None
 
-    async def resolve(self, *, force: bool = False) -> str:
+    async def resolve(self, *, force: bool = False, timeout_s: float | None = None) -> str:
         async with self._lock:
             if self.model is None or force:
-                card = await self.describe()
+                card = await self.describe(timeout_s)
                 previous, self.model = self.model, card["id"]
                 if self.config.upstream_kind == "auto":
                     self.kind = _OWNER_KINDS.get(str(card["owned_by"]), "vllm")
@@ -212,7 +212,8 @@ def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecur
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
-            await upstream.resolve()        # the model id for /health from the start; a request retries it
+            # The model id for /health from the start, briefly: a request resolves it again if this fails.
+            await upstream.resolve(timeout_s=min(5.0, config.timeout_s))
         except ProxyError as exc:
             log.warning("upstream not resolved at start-up (requests will try again): %s", exc)
         try:

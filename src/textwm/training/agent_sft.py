@@ -57,12 +57,15 @@ def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
 
     if job.steps < 1 or job.save_every < 0:
         raise ValueError(f"agent SFT steps must be >= 1 and save_every >= 0, got {job.steps} and {job.save_every}")
+    import shutil
+
     from textwm.data.agent_turns import agent_turn_rows
     from textwm.models.tiny import build_tiny_checkpoint, chat_texts
     from textwm.training.config import SFTConfig
     from textwm.training.trainer import train
 
     out = Path(job.out)
+    shutil.rmtree(out / "sft", ignore_errors=True)      # a redone SFT keeps none of an earlier run's steps
     demos = read_jsonl(job.demos)
     rows = agent_turn_rows(demos)
     turns = out / "sft_turns.jsonl"

@@ -147,3 +147,11 @@ def test_an_unfinished_episode_still_at_work_keeps_more():
     at_work = paper([*start, *likes(1, 2, 3, 4, 5, 6)], None, ACTION_WORLD, instruction="Like my songs.")
     fewer = paper([*start, *likes(1, 2, 3, 4, 5)], None, ACTION_WORLD, instruction="Like my songs.")
     assert at_work == pytest.approx(0.9 * 0.7) and fewer == pytest.approx(0.9 * 0.5)
+
+
+def test_prose_is_what_comes_before_the_call_not_before_its_arguments():
+    from textwm.envs.appworld.reward import _prose_before_call
+
+    call = '[{"name": "spotify__show_playlist_library", "parameters": {"page_index": 0}}]'
+    assert _prose_before_call(call) == "" and _prose_before_call(f"Let me look. {call}") == "Let me look."
+    assert _prose_before_call("No call [here.") == ""

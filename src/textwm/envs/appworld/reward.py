@@ -371,6 +371,13 @@ def paper_reward(rules: Rules, actions: Sequence[str | None], observations: Sequ
 
 
 def _prose_before_call(reply: str | None) -> str:
+    """The text before the first JSON value of a reply (its call): what the paper counts as stalling."""
     text = re.sub(r"<think>.*?</think>", "", reply or "", flags=re.DOTALL)
-    start = max(text.rfind("["), text.rfind("{"))
-    return text[:start].strip() if start > 0 else ""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[\[{]", text):
+        try:
+            decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        return text[:match.start()].strip()
+    return ""

@@ -165,9 +165,11 @@ def run_probes(rows: Sequence[dict[str, Any]], wm: WMClient, out: Path, *, limit
     """Every row's probes (the first ``limit``); writes ``probes.jsonl`` and ``probes.json`` in ``out``."""
     from textwm.envs.registry import get_env
     from textwm.envs.sciworld.env import SciWorldEnv
+    from textwm.envs.sim_cache import SimTaskCache
 
     spec = get_env("sciworld")
-    rows = list(rows)[:limit] if limit else list(rows)
+    cache = SimTaskCache(spec)           # rows without a start state (the paper's) get one baked, as eval does
+    rows = [cache.complete_row(r) for r in (list(rows)[:limit] if limit else list(rows))]
     env = SciWorldEnv()
     try:
         starts = [spec.load_row(r, need_sim=True) for r in rows]
