@@ -239,5 +239,5 @@ def test_stage2_alone_runs_grpo_in_the_real_env_per_seed_with_calibration_curves
     report = (out / "report.md").read_text()
     assert "## Stage 2: GRPO in the real env" in report and "![GRPO per step](stage2_steps.png)" in report
     assert (out / "stage2_steps.png").stat().st_size > 0
-    assert "| grpo_real_seed1 | the real env | 2 |" in report and "all seeds pooled (0, 1)" in report
+    assert "| grpo_real_seed1 | the real env | 2 |" in report and "all seeds (0, 1; p: sign test over tasks)" in report
     assert "SFT stop, chosen on the 1 calibration rows" in report
