@@ -184,6 +184,26 @@ def validation_message(exc: Any) -> str:
     return "; ".join(parts)
 
 
+async def finished_before_client_left(request: Any, work: Any) -> bool:
+    """Wait for ``work`` (a future) or the client's disconnect, whichever comes first (the request's body is read
+    already: its next message is the disconnect). True when ``work`` finished; else it is cancelled (an upstream
+    call's connection closed, a coroutine stopped) and nobody is left to read an answer."""
+    import asyncio
+
+    async def client_gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    gone = asyncio.ensure_future(client_gone())
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+    return work.done() and not work.cancelled()
+
+
 # --- the middleware -----------------------------------------------------------------------------------
 
 

@@ -59,6 +59,7 @@ from textwm.web import (
     ServerSecurity,
     error_body,
     error_response,
+    finished_before_client_left,
     guard,
     make_app,
     read_json_body,
@@ -169,26 +170,13 @@ def _error_status(exc: BaseException) -> tuple[int, str, str]:
     return 500, f"decoding failed: {exc}", "server_error"
 
 
-async def _until_disconnect(request: Request) -> None:
-    """Return when the client closes the connection (the body is read already: the next message says so)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def _collect(request: Request, submission: Submission) -> tuple[list[str], list[str]] | None:
     """Every choice's whole text and finish reason; None (rows cancelled) if the client goes away first.
 
     The request's coroutine wakes once, when all its rows are done (:meth:`Submission.texts`)."""
     work = asyncio.ensure_future(submission.texts())
-    gone = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not work.done():
-            work.cancel()
-            submission.close()
-    if not work.done() or work.cancelled():
+    if not await finished_before_client_left(request, work):
+        submission.close()
         return None  # the client went away: nobody reads a response
     texts = work.result()  # the engine's error, if its rows failed
     return texts, [r.finish_reason or "length" for r in submission.rows]

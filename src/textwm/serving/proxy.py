@@ -46,6 +46,7 @@ from textwm.web import (
     Guard,
     ServerSecurity,
     error_response,
+    finished_before_client_left,
     guard,
     make_app,
     read_json_body,
@@ -187,21 +188,7 @@ async def _unless_client_leaves(request: Request, work: Any) -> Any:
     """``work``'s result; None, with ``work`` cancelled (its upstream connection closed, so the upstream drops
     its rows too), when the client closes its connection first."""
     task = asyncio.ensure_future(work)
-
-    async def client_gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":   # the body is read: next is the disconnect
-            pass
-
-    gone = asyncio.ensure_future(client_gone())
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()
-    if task.cancelled() or not task.done():
-        return None
-    return task.result()
+    return task.result() if await finished_before_client_left(request, task) else None
 
 
 def create_proxy_app(config: ProxyConfig, security: ServerSecurity = ServerSecurity(), *,

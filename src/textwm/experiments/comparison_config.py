@@ -1,0 +1,197 @@
+"""The comparison's settings (:class:`ComparisonConfig`) and how a resumed run treats a changed one.
+
+Split from :mod:`textwm.experiments.wm_comparison`, which runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textwm.experiments.common import FAMILIES, RANDOM_INIT_REGIMES, REGIMES
+
+#: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
+#: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
+NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
+#: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
+STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
+                   "agent_sft_steps", "agent_sft_checkpoints", "agent_target_success", "agent_learning_rate",
+                   "grpo_families", "grpo_steps", "grpo_turns", "grpo_learning_rate", "grpo_generations",
+                   "grpo_tasks_per_step", "grpo_dynamic_sample", "grpo_seeds", "grpo_completion_length",
+                   "calibration_episodes", "calibration_every", "agent_episodes", "agent_turns", "workers")
+#: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
+#: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
+EPOCH_SETTINGS = ("max_epochs", "patience")
+#: The state keys of Stage 2's steps.
+STAGE2_STEPS = ("agent/", "fidelity/", "probes/", "grpo/", "calibration/")
+@dataclass(frozen=True)
+class ComparisonConfig:
+    out: str = "runs/wm_comparison"
+    #: The env whose WM rows are used (its demo dataset when ``data_dir`` is empty).
+    env: str = "sciworld"
+    #: A folder with ``wm_train.jsonl`` and ``wm_test.jsonl`` (e.g. ``sciworld/build_wm_dataset.py --out-dir``).
+    data_dir: str = ""
+    smoke: bool = False
+    families: tuple[str, ...] = FAMILIES
+    regimes: tuple[str, ...] = RANDOM_INIT_REGIMES
+    #: The pretrained regime's start: a pretrained start's name (textwm.models.pretrained) or an AR checkpoint.
+    init: str = ""
+    #: Pretrained regime: epochs at most, and epochs without a better held-out loss before an arm stops.
+    max_epochs: int = 8
+    patience: int = 1
+    #: Pretrained regime: SDAR's greedy decodings at each of these denoising steps per block (4 = one token a step).
+    sdar_denoising_steps: tuple[int, ...] = (4, 1)
+    #: Pretrained regime: the best epoch sampled at each temperature (``samples`` decodings per prompt).
+    temperatures: tuple[float, ...] = (0.3, 0.7, 1.0)
+    #: Bootstrap resamples of the held-out rows for the 95% intervals on the scores (0: none).
+    bootstrap: int = 1000
+    # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
+    # trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
+    size: str = "qwen3-0.6b"
+    vocab_size: int = 4096
+    steps: int = 1000
+    head_start: float = 0.5
+    batch_size: int = 8
+    learning_rate: float = 3e-4
+    cutoff_len: int = 1024
+    save_steps: int = 250
+    eval_rows: int = 300
+    gen_length: int = 96
+    samples: int = 4
+    temperature: float = 1.0
+    denoising_steps: int = 1
+    per_batch: int = 32
+    seed: int = 0
+    #: Arms trained at once, each in its own process on the same device. Small models at these batch sizes
+    #: leave a GPU idle between kernel launches, so two or three trainings share it at little cost each.
+    #: Decoding stays one arm at a time: its tokens/s is a reported figure.
+    parallel: int = 1
+    # Stage 2 (textwm.experiments.comparison_agents): a small agent SFT'd on the gold demos, then GRPO inside the
+    # world model of each of grpo_families, each agent scored in the real env.
+    stage2: bool = True
+    #: False: Stage 2 alone, with no world model trained (``grpo_families`` the real env only): the reference arm
+    #: of GRPO in the real env, on a machine or in a lease of its own.
+    stage1: bool = True
+    #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
+    #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
+    #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
+    agent_tasks: tuple[str, ...] = ()
+    #: Stage 2's agent start (a pretrained start's name or an AR checkpoint); empty: a tiny random agent of
+    #: ``agent_size``. With ``init`` it defaults to the same start (the paper's setting: a pretrained agent).
+    agent_init: str = ""
+    agent_size: str = "tiny"
+    agent_vocab_size: int = 1024
+    agent_cutoff_len: int = 3072
+    agent_sft_steps: int = 300
+    #: > 1: the SFT agent is kept at this many evenly spaced steps and Stage 2 starts from the earliest whose
+    #: success on the calibration rows reaches ``agent_target_success`` (an agent that leaves room to improve;
+    #: the most successful one when none does). Needs ``calibration_episodes``.
+    agent_sft_checkpoints: int = 1
+    agent_target_success: float = 0.2
+    agent_learning_rate: float = 3e-3
+    grpo_families: tuple[str, ...] = ("ar", "sdar")
+    grpo_steps: int = 20
+    grpo_turns: int = 8
+    #: The H100 run's setting (scripts/results/README.md): the tiny agent's SFT runs at 3e-3, 300x large models'
+    #: GRPO rate of 1e-5.
+    grpo_learning_rate: float = 1e-4
+    #: Rollouts per task row (GRPO's group) and the agent's tokens per reply in them (a gold action is <= ~25 words).
+    grpo_generations: int = 4
+    #: Tasks (groups of ``grpo_generations`` rollouts) per optimizer step.
+    grpo_tasks_per_step: int = 1
+    #: ms-swift's dynamic sampling: groups whose rollouts all got the same reward are regenerated (counted).
+    grpo_dynamic_sample: bool = False
+    #: One GRPO run per seed in each arm (its rollouts' sampling and data order); agents after the first seed's
+    #: are named ``<agent>_seed<N>``.
+    grpo_seeds: tuple[int, ...] = (0,)
+    grpo_completion_length: int = 48
+    #: N held-out task rows (a seeded sample) are the calibration set, kept out of the final real-env runs: the SFT
+    #: stop (``agent_sft_checkpoints``) is chosen on them and each GRPO run's agents are run on them every
+    #: ``calibration_every`` steps (a success curve over the run; nothing is chosen by it). 0: none.
+    calibration_episodes: int = 0
+    calibration_every: int = 25
+    #: Real-env episodes per agent: the first N held-out task rows (all of them when there are fewer).
+    agent_episodes: int = 30
+    #: Turns per real-env episode: the default agent tasks' gold runs take 1-7 actions.
+    agent_turns: int = 10
+    workers: int = 4
+    wm_port: int = 30201
+    proxy_port: int = 30200
+    #: The real env server of Stage 2's ``real`` arm (GRPO with every rollout in the real env).
+    env_port: int = 30210
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
+        if bad or not self.families or not self.regimes:
+            raise ValueError(f"families come from {', '.join(FAMILIES)} and regimes from {', '.join(REGIMES)}; "
+                             f"got families {' '.join(self.families) or '(none)'}, regimes "
+                             f"{' '.join(self.regimes) or '(none)'}")
+        if ("pretrained" in self.regimes) != bool(self.init) or (self.init and len(self.regimes) > 1):
+            raise ValueError("the pretrained regime needs init (a pretrained start's name or an AR checkpoint), and "
+                             f"init runs the pretrained regime alone; got regimes {' '.join(self.regimes)}, init "
+                             f"{self.init or '(none)'}")
+        if self.init and (not self.temperatures or min(self.temperatures) <= 0 or not self.sdar_denoising_steps
+                          or min(self.sdar_denoising_steps) < 1 or self.max_epochs < 1 or self.patience < 1):
+            raise ValueError("temperatures must be > 0, sdar_denoising_steps, max_epochs and patience >= 1")
+        if not self.stage1 and not (self.stage2 and set(self.grpo_families) == {"real"}):
+            raise ValueError("Stage 2 alone (stage1 off) trains no world model: it needs stage2 on and grpo_families "
+                             f"real alone, got stage2 {self.stage2}, grpo_families {' '.join(self.grpo_families)}")
+        if self.calibration_episodes < 0:
+            raise ValueError(f"calibration_episodes must be >= 0, got {self.calibration_episodes}")
+        if self.agent_sft_checkpoints > 1 and not self.calibration_episodes:
+            raise ValueError("agent_sft_checkpoints > 1 picks the SFT stop on the calibration rows: set "
+                             "calibration_episodes")
+        if not self.grpo_seeds or len(set(self.grpo_seeds)) != len(self.grpo_seeds):
+            raise ValueError(f"grpo_seeds must be distinct and at least one, got {self.grpo_seeds}")
+        if not 0 <= self.agent_target_success <= 1:
+            raise ValueError(f"agent_target_success must be in [0, 1], got {self.agent_target_success}")
+        if self.stage2 and not set(self.grpo_families) <= {*self.families, "real"}:
+            raise ValueError(f"grpo_families ({' '.join(self.grpo_families)}) must be among the families trained "
+                             f"({' '.join(self.families)}), or real (GRPO in the real env)")
+        if "convert" in self.regimes and not 0 < self.head_start < 1:
+            raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
+                             f"got {self.head_start}")
+        for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
+                     "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns",
+                     "grpo_generations", "grpo_completion_length", "grpo_tasks_per_step", "agent_sft_checkpoints",
+                     "calibration_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (the sampled decodings measure diversity), got {self.temperature}")
+
+    @classmethod
+    def create(cls, *, smoke: bool = False, **overrides: Any) -> ComparisonConfig:
+        """The defaults (one H200; Stage 2 on the env builder's ``small_agent_tasks``), or with ``smoke`` a CPU
+        setting of a few minutes (Stage 2 on every type of its small data); then ``overrides``."""
+        from textwm.envs.registry import get_env
+
+        builder = get_env(overrides.get("env", cls.env)).dataset_builder()
+        settings: dict[str, Any] = {"agent_tasks": getattr(builder, "small_agent_tasks", ())}
+        if overrides.get("init"):
+            # A 135M start on one GPU: ~1,000 held-out rows (an interval of about +-0.03 on a rate near 0.5),
+            # fine-tuning rate and batch of a model of that size. Stage 2 (opt-in, --stage2): the same start as the
+            # agent, GRPO as one runs it on a pretrained agent (8 rollouts a task, 100 steps, a low rate), in the
+            # real env and inside the AR and SDAR world models, scored on every held-out task row.
+            settings.update(regimes=("pretrained",), stage2=False, batch_size=32, learning_rate=1e-4,
+                            eval_rows=1000, per_batch=64, samples=2, agent_init=overrides["init"],
+                            agent_learning_rate=2e-5, grpo_learning_rate=1e-6, grpo_generations=8, grpo_steps=100,
+                            grpo_tasks_per_step=4, grpo_dynamic_sample=True, grpo_seeds=(0, 1),
+                            grpo_families=("ar", "sdar", "real"), agent_episodes=200, calibration_episodes=30,
+                            agent_sft_checkpoints=4)
+        if smoke:
+            settings = dict(smoke=True, size="tiny", vocab_size=1024, steps=40, batch_size=8, learning_rate=3e-3,
+                            save_steps=20, eval_rows=12, gen_length=24, samples=2, denoising_steps=2, per_batch=16,
+                            agent_sft_steps=20, agent_cutoff_len=1024, grpo_steps=1, grpo_generations=2,
+                            grpo_completion_length=16, grpo_turns=3, agent_episodes=2, agent_turns=4,
+                            workers=2, agent_tasks=())
+            if overrides.get("init"):
+                settings.update(regimes=("pretrained",), stage2=False, batch_size=4, learning_rate=1e-4,
+                                eval_rows=8, max_epochs=2, temperatures=(0.7,), bootstrap=50, per_batch=8,
+                                agent_init=overrides["init"], agent_learning_rate=1e-4, grpo_learning_rate=1e-5,
+                                calibration_episodes=1, calibration_every=1, agent_sft_checkpoints=2)
+        return cls(**{**settings, **overrides})
+
+    @property
+    def head_steps(self) -> int:
+        return max(1, round(self.steps * self.head_start))
