@@ -253,7 +253,9 @@ class EpisodeDriver:
         limits = [n for n in (self.max_turns, start.max_turns) if n]
         trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
         state = {"episode": episode.to_dict(), "trajectory": trajectory.to_dict(),
-                 "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex}
+                 "reset_options": dict(start.reset_options), "key": uuid.uuid4().hex,
+                 # What the paper's rule reads of the task (fixed for the episode: taken once, here).
+                 "reward_context": self.spec.reward_context(episode)}
         if self.real is not None:
             # The agent's conversation comes with the request (ms-swift keeps ``messages`` apart from the row's
             # other columns): it is what a real reset may have to rebuild.
@@ -325,8 +327,7 @@ class EpisodeDriver:
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
                 "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {}),
                 "last_reply": t["replies"][-1] if t["replies"] else None,
-                # What the paper's rule reads of the task: every turn's infos may be the last ms-swift keeps.
-                "reward_context": self.spec.reward_context(self.spec.episode_from_dict(state["episode"]))}
+                "reward_context": state["reward_context"]}
 
 
 # --- trajectory log ------------------------------------------------------------------------------------
