@@ -291,10 +291,11 @@ class EnvSpec:
         rollout's infos as ``reward_context``; AppWorld: the instruction and the accounts). Default: nothing."""
         return {}
 
-    def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any) -> dict[str, Any] | None:
+    def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any, *,
+                          workers: int = 1) -> dict[str, Any] | None:
         """Hook: probes of the world model behind ``wm`` (a :class:`~textwm.clients.wm.WMClient`) on the facts this
-        env's tasks in ``rows`` turn on, each against the real env; the rates, with per-row records written under
-        ``out``. None: the env has no probes for these rows."""
+        env's tasks in ``rows`` turn on, each against the real env (``workers`` real envs at once); the rates, with
+        per-row records written under ``out``. None: the env has no probes for these rows."""
         return None
 
     def is_success(self, score: float) -> bool:

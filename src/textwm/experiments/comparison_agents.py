@@ -278,7 +278,8 @@ def probe_world_model(comparison: Any, arm: Any) -> dict[str, Any]:
     c = comparison.config
     rows = read_jsonl(agent_data(comparison, "rl_test.jsonl")).rows
     with _served(comparison, arm) as endpoint, WMClient(endpoint, max_tokens=c.gen_length) as wm:
-        figures = get_env(c.env).probe_world_model(rows, wm, comparison.path("probes", arm.folder))
+        figures = get_env(c.env).probe_world_model(rows, wm, comparison.path("probes", arm.folder),
+                                                          workers=c.workers)
     return {"world_model": arm.name, **(figures or {"skipped": f"{c.env} has no probes for these task rows"})}
 
 

@@ -71,7 +71,8 @@ def test_probes_against_the_real_env(lifespan_rows, tmp_path, kind):
 
     wm = GoldWM([], fallback=gullible if kind == "gullible" else None)
     try:
-        summary = get_env("sciworld").probe_world_model(lifespan_rows, WMClient(wm.url), tmp_path)
+        summary = get_env("sciworld").probe_world_model(lifespan_rows, WMClient(wm.url), tmp_path,
+                                                           workers=1 if kind == "gullible" else 3)
     finally:
         wm.close()
     assert summary["rows"] == 4 and summary["wm_failures"] == 0

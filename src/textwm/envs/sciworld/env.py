@@ -243,7 +243,14 @@ class SciWorldEnv:
         return self._env.inventory()
 
     def close(self) -> None:
+        # py4j logs the JVM's normal shutdown as an exception with a traceback at INFO; keep it out of our logs.
+        py4j_log = logging.getLogger("py4j")
+        level = py4j_log.level
+        if not log.isEnabledFor(logging.DEBUG):
+            py4j_log.setLevel(logging.WARNING)
         try:
             self._env.close()
         except Exception as exc:  # noqa: BLE001 -- a dead JVM cannot be closed twice; say so and go on
             log.warning("closing a ScienceWorld env failed: %s", exc)
+        finally:
+            py4j_log.setLevel(level)

@@ -23,7 +23,8 @@ import argparse
 import re
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -161,28 +162,51 @@ def summarize(probes: Sequence[RowProbe]) -> dict[str, Any]:
                                           "absent_accepted_wm", "right_accepted_real", "right_accepted_wm")}}
 
 
-def run_probes(rows: Sequence[dict[str, Any]], wm: WMClient, out: Path, *, limit: int | None = None) -> dict[str, Any]:
-    """Every row's probes (the first ``limit``); writes ``probes.jsonl`` and ``probes.json`` in ``out``."""
+def run_probes(rows: Sequence[dict[str, Any]], wm: WMClient, out: Path, *, limit: int | None = None,
+               workers: int = 1) -> dict[str, Any]:
+    """Every row's probes (the first ``limit``), ``workers`` real envs at a time (one JVM each; the world model
+    batches their queries); writes ``probes.jsonl`` and ``probes.json`` in ``out``."""
     from textwm.envs.registry import get_env
     from textwm.envs.sciworld.env import SciWorldEnv
     from textwm.envs.sim_cache import SimTaskCache
 
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     spec = get_env("sciworld")
     cache = SimTaskCache(spec)           # rows without a start state (the paper's) get one baked, as eval does
     rows = [cache.complete_row(r) for r in (list(rows)[:limit] if limit else list(rows))]
-    env = SciWorldEnv()
+    starts = [spec.load_row(r, need_sim=True) for r in rows]
+    envs: list[SciWorldEnv] = []
     try:
-        starts = [spec.load_row(r, need_sim=True) for r in rows]
-        golds = [gold_focus(env, s.task_id, dict(s.reset_options)) for s in starts]
+        envs.extend(SciWorldEnv() for _ in range(min(workers, len(rows)) or 1))
+        # Gold foci first: an absent animal is drawn from every row's answer.
+        golds = _in_parallel(envs, [lambda env, s=s: gold_focus(env, s.task_id, dict(s.reset_options))
+                                    for s in starts])
         animals = [right for _, right in golds]
-        probes = [probe_row(spec, env, wm, row, walk, right, animals) for row, (walk, right) in zip(rows, golds)]
+        probes = _in_parallel(envs, [lambda env, r=r, g=g: probe_row(spec, env, wm, r, g[0], g[1], animals)
+                                     for r, g in zip(rows, golds)])
     finally:
-        env.close()
+        for env in envs:
+            env.close()
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "probes.jsonl", [{**asdict(p), **p.figures()} for p in probes])
     summary = summarize(probes)
     write_json(out / "probes.json", summary)
     return summary
+
+
+def _in_parallel(envs: Sequence[Any], jobs: Sequence[Callable[[Any], Any]]) -> list[Any]:
+    """Each job run with an env of its own: job ``i`` on ``envs[i % len(envs)]``, one thread per env taking its
+    jobs in order; the results in the jobs' order (the first error is raised)."""
+    def worker(k: int) -> list[Any]:
+        return [job(envs[k]) for job in jobs[k::len(envs)]]
+
+    with ThreadPoolExecutor(max_workers=len(envs), thread_name_prefix="probe") as pool:
+        chunks = list(pool.map(worker, range(len(envs))))
+    results: list[Any] = [None] * len(jobs)
+    for k, chunk in enumerate(chunks):
+        results[k::len(envs)] = chunk
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="writes probes.jsonl and probes.json here")
     p.add_argument("--limit", type=int, help="the first N rows")
     p.add_argument("--max-tokens", type=int, default=256, help="the world model's tokens per answer")
+    p.add_argument("--workers", type=int, default=4, help="real envs (JVMs) probing at once")
     args = p.parse_args(argv)
     rows = read_jsonl(args.rows).rows
     try:
         summary = run_probes(rows, WMClient(args.wm_endpoint, max_tokens=args.max_tokens), Path(args.out),
-                             limit=args.limit)
+                             limit=args.limit, workers=args.workers)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

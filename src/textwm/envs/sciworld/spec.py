@@ -149,14 +149,15 @@ class SciWorldSpec(EnvSpec):
     def reward(self, outcome: Outcome) -> float:
         return reward.reward(outcome)
 
-    def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any) -> dict[str, Any] | None:
+    def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any, *,
+                          workers: int = 1) -> dict[str, Any] | None:
         """The lifespan probes (:mod:`~textwm.envs.sciworld.probes`) on the lifespan rows; None when there are none."""
         from pathlib import Path
 
         from textwm.envs.sciworld import probes
 
         lifespan = [r for r in rows if str(r.get("task_id", "")).startswith(probes.TASK_PREFIX)]
-        return probes.run_probes(lifespan, wm, Path(out)) if lifespan else None
+        return probes.run_probes(lifespan, wm, Path(out), workers=workers) if lifespan else None
 
     def reward_cases(self) -> list[tuple[str, Outcome, dict[str, Any], str]]:
         return reward.reward_cases()
