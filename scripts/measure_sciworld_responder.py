@@ -5,7 +5,11 @@ compares its answer with the env's observation. Coverage = share of steps it ans
 share of its answers equal to the env's (must be 100%: a disagreement is a bug). Disagreements are
 written to --out for inspection.
 
-    python scripts/measure_sciworld_responder.py --episodes 120 --workers 2
+``--focus-probes N`` also puts N focus actions to the responder before each step, on objects named anywhere in
+the task's start listings or in a pool of animals; each one it refuses is put to the real env too, which must
+refuse it as well (a refusal changes nothing, so the episode goes on).
+
+    python scripts/measure_sciworld_responder.py --episodes 120 --workers 2 --focus-probes 3
 """
 
 import argparse
@@ -18,14 +22,40 @@ from pathlib import Path
 
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.envs.sciworld.explore import episode_actions
+from textwm.envs.sciworld.probes import ANIMAL_POOL, listed_objects
 from textwm.envs.sciworld.responder import respond
 from textwm.envs.sciworld.tasks import bake_task
 from textwm.envs.sciworld.tracker import EpisodeTracker
-from textwm.envs.sciworld.world import normalize_action
+from textwm.envs.sciworld.world import NO_MATCH, normalize_action
+
+
+def focus_candidates(task) -> list[str]:
+    """Objects named in any room's start listing, and the probe animals (most are absent from a given room)."""
+    names = {name.split(" (")[0].split(",")[0] for text in task.room_map.values() for name in listed_objects(text)}
+    return sorted(names | set(ANIMAL_POOL))
+
+
+def probe_focus(env, tracker, rng, candidates, n, stats, by_rule, bad, task_id) -> bool:
+    """Up to ``n`` focus probes at this state; False when the real env accepted a focus the responder refused (the
+    env's state has changed: the episode stops)."""
+    for target in rng.sample(candidates, min(n, len(candidates))):
+        action = f"focus on {target}"
+        if respond(tracker, action) != NO_MATCH:
+            continue
+        stats["focus_refused"] += 1
+        by_rule["focus"] += 1
+        observation = env.step(action).observation
+        if observation == NO_MATCH:
+            stats["focus_agree"] += 1
+            continue
+        bad.append({"task_id": task_id, "action": action, "responder": NO_MATCH, "env": observation,
+                    "history": tracker.history[-4:]})
+        return False
+    return True
 
 
 def run_worker(args):
-    jobs, seed = args
+    jobs, seed, focus_probes = args
     rng = random.Random(seed)
     env = SciWorldEnv()
     stats = Counter()
@@ -38,7 +68,11 @@ def run_worker(args):
             tracker = EpisodeTracker(task)
             actions = ((a, "gold") for a in gold) if kind == "gold" else episode_actions(
                 rng, env, tracker, gold, explore_steps=30)
+            candidates = focus_candidates(task)
             for action, _kind in actions:
+                if focus_probes and not probe_focus(env, tracker, rng, candidates, focus_probes, stats, by_rule,
+                                                    bad, task_id):
+                    break
                 answer = respond(tracker, action)
                 result = env.step(action)
                 stats["steps"] += 1
@@ -65,6 +99,7 @@ def main() -> int:
     p.add_argument("--episodes", type=int, default=120, help="half gold, half exploratory")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--focus-probes", type=int, default=0, help="focus probes before each step (see above)")
     p.add_argument("--out", default="runs/responder_disagreements.jsonl")
     args = p.parse_args()
     rng = random.Random(args.seed)
@@ -75,7 +110,7 @@ def main() -> int:
         task = tasks[i % len(tasks)]
         variations = catalog[task]["train"] + catalog[task]["dev"] + catalog[task]["test"]
         jobs.append((f"{task}_v{rng.choice(variations)}", "gold" if i % 2 == 0 else "explore"))
-    shards = [(jobs[w::args.workers], args.seed + w) for w in range(args.workers)]
+    shards = [(jobs[w::args.workers], args.seed + w, args.focus_probes) for w in range(args.workers)]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(run_worker, shards))
@@ -92,7 +127,10 @@ def main() -> int:
     print(f"agreement: {stats['agree'] / max(stats['answered'], 1):.2%} ({stats['answered'] - stats['agree']} disagreements"
           f" -> {out})")
     print("answered by first word:", dict(by_rule.most_common()))
-    return 0 if stats["agree"] == stats["answered"] else 1
+    if args.focus_probes:
+        print(f"focus probes refused: {stats['focus_refused']}, the env refused {stats['focus_agree']} of them")
+    ok = stats["agree"] == stats["answered"] and stats["focus_agree"] == stats["focus_refused"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -224,6 +224,24 @@ def test_simulator_with_and_without_the_responder(case, gold_wm):
     assert failed and failed[0].failure == WM_ERROR and failed[0].observation is None and down.stats.wm_errors == 1
 
 
+def test_a_failed_world_model_answer_falls_back_when_asked_and_is_counted(case):
+    """``on_wm_error="fallback"``: the env's substitute observation answers, the episode goes on, and every such
+    step is counted as a WM failure and recorded as answered by ``fallback``."""
+    down = Simulator(WMClient(f"http://127.0.0.1:{free_port()}/", retry=FAST, timeout_s=2), use_local=False,
+                     on_wm_error="fallback")
+    start = case.starts()[0]
+    actions = case.gold_actions(start.task_id)[:3]
+    _, steps = _play(case.spec, down, start, actions)
+    assert len(steps) == len(actions) and not any(s.error for s in steps)
+    fresh = case.spec.start_episode(start)
+    for action, step in zip(actions, steps):
+        assert step.source == "fallback" and step.observation == fresh.fallback_observation(action)
+        fresh.observe(action, step.observation, "fallback")
+    assert down.stats.fallback == down.stats.wm_errors == len(actions) and down.stats.wm == 0
+    with pytest.raises(ValueError, match="on_wm_error"):
+        Simulator(None, on_wm_error="ignore")
+
+
 # --- ms-swift: the scheduler and the reward, hook by hook -------------------------------------------------
 
 

@@ -37,7 +37,7 @@ def test_local_answers_first_then_the_world_model(wm_proxy):
     assert sim.step(ep, "teleport to kitchen").observation == "You teleport to the kitchen."
     step = sim.step(ep, "open fridge")
     assert (step.observation, step.source) == ("The fridge is now open.", WM)
-    assert ep.sources == [LOCAL, LOCAL, WM] and sim.stats.as_dict() == {"local": 2, "wm": 1, "wm_errors": 0}
+    assert ep.sources == [LOCAL, LOCAL, WM] and sim.stats.as_dict() == {"local": 2, "wm": 1, "fallback": 0, "wm_errors": 0}
     assert len(wm_proxy.requests) == 1
     ep2 = SciWorldEpisode.from_dict(ep.to_dict())
     assert ep2.tracker.room == "kitchen" and ep2.sources == ep.sources
@@ -63,6 +63,18 @@ def test_a_world_model_failure_is_an_error_not_an_observation():
     assert sim.step(ep, "wait1").source == LOCAL            # the responder still works
     with pytest.raises(ValueError, match="needs the local responder"):
         Simulator(None, use_local=False)
+
+
+def test_sciworld_fallback_observations_are_the_papers():
+    """With ``on_wm_error="fallback"`` a failed answer gets the paper's substitutes: a look the room's known
+    listing, ``go to X`` a move, anything else a no-match."""
+    sim = Simulator(WMClient("http://127.0.0.1:9", retry=RetryPolicy(max_retries=0)), use_local=False,
+                    on_wm_error="fallback")
+    ep = SciWorldEpisode.start(TASK)
+    assert sim.step(ep, "look around").observation == ep.tracker.room_contents()
+    assert sim.step(ep, "go to hallway").observation == "You move to the hallway."
+    assert sim.step(ep, "open fridge").observation == "No known action matches that input."
+    assert ep.sources == ["fallback"] * 3 and sim.stats.fallback == sim.stats.wm_errors == 3
 
 
 def test_the_prompt_style_travels_with_the_task():

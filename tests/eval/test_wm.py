@@ -34,7 +34,7 @@ def test_responder_only_episodes(sw_data):
     for rec in result.records:
         assert (rec.reason, rec.turns, rec.sources) == ("max_turns", 5, ["local"] * 5)
         assert rec.observations[:2] == ["You teleport to the kitchen.", "You decide to wait for 1 iterations."]
-        assert rec.extra == {"local_steps": 5, "wm_steps": 0, "wm_errors": 0}
+        assert rec.extra == {"local_steps": 5, "wm_steps": 0, "fallback_steps": 0, "wm_errors": 0}
     assert result.summary["local_steps"] == 10 and result.summary["wm_steps"] == 0 and result.summary["wm_errors"] == 0
     # a step the responder cannot answer, with no WM: a counted failure, not a made-up observation
     stuck = evaluate_agent_wm(sw_data.starts, ScriptAgent(["teleport to kitchen", "open fridge"]),

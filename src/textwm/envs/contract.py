@@ -79,8 +79,13 @@ class SimEpisode(Protocol):
         """The agent's next user message after ``observation`` was recorded (the observation, or more)."""
         ...
 
+    def fallback_observation(self, action: str) -> str:
+        """The observation that stands in for a failed world-model answer when the simulator's policy is
+        ``fallback`` (the paper's substitute: ALFWorld "Nothing happens.", ...)."""
+        ...
+
     def observe(self, action: str, observation: str, source: str) -> None:
-        """Record one answered step (source: ``local`` or ``wm``)."""
+        """Record one answered step (source: ``local``, ``wm`` or ``fallback``)."""
         ...
 
     def unparseable(self) -> None:

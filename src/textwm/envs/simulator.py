@@ -4,8 +4,13 @@ Env-agnostic: an env plugs in a :class:`~textwm.envs.contract.SimEpisode` (its p
 its local responder, its WM prompt, its outcome). The simulator asks the responder first (unless
 disabled: the paper's ``<ENV>_WM_GUARD=0``), else the WM client, records which one answered, feeds
 the observation back to the episode and returns a :class:`~textwm.envs.episode.Step` with the
-episode's outcome. A WM failure is reported as such (``Step.error``, failure ``wm_error``), never
-replaced by a made-up observation.
+episode's outcome.
+
+A WM failure (after the client's retries) is handled by ``on_wm_error``: ``end`` (the default) fails the step
+(``Step.error``, failure ``wm_error``) and so ends the episode; ``fallback`` answers with the env's substitute
+observation, as the paper's plugins do (:meth:`~textwm.envs.contract.SimEpisode.fallback_observation`: ALFWorld
+"Nothing happens.", ...), and the episode goes on. Either way the failure is counted (``wm_errors``), and a
+substituted step is recorded as answered by ``fallback``, never as the world model's.
 """
 
 from __future__ import annotations
@@ -22,19 +27,25 @@ from textwm.envs.episode import Step
 
 log = logging.getLogger(__name__)
 
-LOCAL, WM = "local", "wm"
+LOCAL, WM, FALLBACK = "local", "wm", "fallback"
 WM_ERROR = "wm_error"
+#: What a WM failure does: end the episode, or substitute the env's fallback observation and go on.
+ON_WM_ERROR = ("end", "fallback")
+#: The paper-style switch of the policy for processes configured by environment (the ms-swift plugin).
+ON_WM_ERROR_ENV = "WM_ON_ERROR"
 
 
 @dataclass
 class SimulatorStats:
     local: int = 0
     wm: int = 0
+    #: Steps answered by the fallback observation after a WM failure (each also counted in ``wm_errors``).
+    fallback: int = 0
     wm_errors: int = 0
     last_errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"local": self.local, "wm": self.wm, "wm_errors": self.wm_errors}
+        return {"local": self.local, "wm": self.wm, "fallback": self.fallback, "wm_errors": self.wm_errors}
 
 
 def guard_enabled(env_var: str) -> bool:
@@ -45,12 +56,23 @@ def guard_enabled(env_var: str) -> bool:
     return value not in ("0", "false", "no")
 
 
+def on_wm_error_from_env(default: str = "end") -> str:
+    """``$WM_ON_ERROR`` (``end`` or ``fallback``), checked."""
+    value = os.environ.get(ON_WM_ERROR_ENV, "").strip().lower() or default
+    if value not in ON_WM_ERROR:
+        raise ValueError(f"${ON_WM_ERROR_ENV}={value!r}: use {' or '.join(ON_WM_ERROR)}")
+    return value
+
+
 class Simulator:
-    def __init__(self, wm: WMClient | None, *, use_local: bool = True):
+    def __init__(self, wm: WMClient | None, *, use_local: bool = True, on_wm_error: str = "end"):
         if wm is None and not use_local:
             raise ValueError("a simulator without a world model needs the local responder")
+        if on_wm_error not in ON_WM_ERROR:
+            raise ValueError(f"on_wm_error must be one of {', '.join(ON_WM_ERROR)}, got {on_wm_error!r}")
         self.wm = wm
         self.use_local = use_local
+        self.on_wm_error = on_wm_error
         self.stats = SimulatorStats()
         self._lock = threading.Lock()  # episodes of one simulator may step in parallel threads
 
@@ -66,8 +88,13 @@ class Simulator:
         try:
             result = self.wm.predict(q.system_prompt, q.state, q.action)
         except WMError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            if self.on_wm_error == "fallback":
+                log.warning("world model failed on %r: %s; answered with the fallback observation", action, exc)
+                self._count_error(error)
+                return self._answered(episode, action, episode.fallback_observation(action), FALLBACK)
             log.warning("world model failed on %r: %s", action, exc)
-            return self._failed(episode, f"{type(exc).__name__}: {exc}")
+            return self._failed(episode, error)
         return self._answered(episode, action, result.observation, WM)
 
     def _answered(self, episode: SimEpisode, action: str, observation: str, source: str) -> Step:
@@ -77,7 +104,10 @@ class Simulator:
         return Step(observation, episode.outcome(), source=source, message=episode.agent_message(observation))
 
     def _failed(self, episode: SimEpisode, error: str) -> Step:
+        self._count_error(error)
+        return Step(None, episode.outcome(), error=error, failure=WM_ERROR)
+
+    def _count_error(self, error: str) -> None:
         with self._lock:
             self.stats.wm_errors += 1
             self.stats.last_errors = [*self.stats.last_errors[-9:], error]
-        return Step(None, episode.outcome(), error=error, failure=WM_ERROR)

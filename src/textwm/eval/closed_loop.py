@@ -5,7 +5,8 @@
   termination are the env's (``spec.end_reason``).
 * :func:`evaluate_agent_wm` — the same loop with the :class:`~textwm.envs.simulator.Simulator` as the
   env; score and termination from the trajectory alone (the env's ``SimEpisode.outcome``, as in RL
-  training); WM failures end the episode as ``wm_error``.
+  training); a WM failure ends the episode as ``wm_error``, or with ``--wm-on-error fallback`` is answered by
+  the env's fallback observation (counted: ``fallback_steps``).
 * :func:`replay_in_real` — W2R: each WM episode's actions, in order, replayed in the real env from the
   same task's start (the same episode loop, with an agent that replays them); the real score is recorded.
 
@@ -31,7 +32,7 @@ from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.episode import Step, TurnRules
 from textwm.envs.protocol import BadRequest, EnvError, ResetResult
 from textwm.envs.sim_cache import SimTaskCache
-from textwm.envs.simulator import LOCAL, WM, Simulator
+from textwm.envs.simulator import FALLBACK, LOCAL, WM, Simulator
 from textwm.eval.agents import Agent, AgentError, Conversation
 from textwm.eval.episodes import EpisodeJob, EpisodeRecord, Started, run_episodes, summarize
 
@@ -241,12 +242,15 @@ def evaluate_agent_wm(spec: EnvSpec, starts: Sequence[TaskStart], agent: Agent, 
     finally:
         backend.close()
     for r in records:
-        r.extra = {"local_steps": r.sources.count(LOCAL), "wm_steps": r.sources.count(WM), **r.extra}
+        r.extra = {"local_steps": r.sources.count(LOCAL), "wm_steps": r.sources.count(WM),
+                   "fallback_steps": r.sources.count(FALLBACK), **r.extra}
     after = simulator.stats.as_dict()
     summary = summarize(records)
     summary.update({"seconds": round(time.perf_counter() - started, 2),
                     "local_steps": after["local"] - before["local"], "wm_steps": after["wm"] - before["wm"],
+                    "fallback_steps": after["fallback"] - before["fallback"],
                     "wm_step_errors": after["wm_errors"] - before["wm_errors"], "responder": simulator.use_local,
+                    "on_wm_error": simulator.on_wm_error,
                     "wm_endpoint": getattr(simulator.wm, "endpoint", None)})
     return EvalResult(records, summary)
 

@@ -69,6 +69,8 @@ class EvalConfig:
     wm_api_key: str = option("", "bearer token of the WM proxy and of --wm-url, when they have one", env="WM_API_KEY",
                              secret=True)
     wm_guard: str = option("", "1: local responder first, 0: every step to the WM (default: $<ENV>_WM_GUARD or 1)")
+    wm_on_error: str = option("end", "a failed WM answer: end (the episode ends as wm_error) or fallback (the env's "
+                                     "substitute observation, counted; the paper's plugins)", env="WM_ON_ERROR")
     wm_concurrency: int = option(8, "simulated episodes in flight (agent batch size and concurrent WM requests)")
     wm_max_tokens: int = option(256, "WM tokens per observation at most")
     wm_temperature: float = option(0.0, "WM sampling temperature")
@@ -96,6 +98,8 @@ class EvalConfig:
                 raise ConfigError(f"must be >= 0, got {getattr(self, name)}", key=_flag(name))
         if self.wm_guard not in ("", "0", "1"):
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
+        if self.wm_on_error not in ("end", "fallback"):
+            raise ConfigError(f"must be end or fallback, got {self.wm_on_error!r}", key="--wm-on-error")
         if self.agent_extra_body:
             try:
                 extra = json.loads(self.agent_extra_body)
@@ -231,7 +235,8 @@ def run(config: EvalConfig) -> dict[str, Any]:
         if agent is not None:
             results["agent"] = agent.describe()
         if in_wm:
-            wm = cl.evaluate_agent_wm(spec, starts, agent, Simulator(wm_client, use_local=config.use_local_responder()),
+            wm = cl.evaluate_agent_wm(spec, starts, agent, Simulator(wm_client, use_local=config.use_local_responder(),
+                                                                       on_wm_error=config.wm_on_error),
                                       concurrency=config.wm_concurrency, max_turns=config.max_turns,
                                       repeats=config.repeats)
             _write_episodes(out / "episodes_wm.jsonl", wm.records)

@@ -95,6 +95,7 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
             "real_answered_steps": sum(s == "real" for e in episodes for s in e["sources"]),
             "wm_answered_steps": sum(s == "wm" for e in episodes for s in e["sources"]),
             "local_answered_steps": sum(s == "local" for e in episodes for s in e["sources"]),
+            "fallback_steps": sum(s == "fallback" for e in episodes for s in e["sources"]),
             "wm_errors": sum(bool(e["wm_error"]) for e in episodes)}
 
 

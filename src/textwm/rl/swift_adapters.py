@@ -32,6 +32,8 @@ Failures are visible, never papered over:
 - a world-model failure (after the WM client's retries) ends the episode: ``rollout_infos["wm_error"]``
   is true, the failure is logged and counted, and no observation is made up. Its reward is the
   reward of the trajectory so far, i.e. of the env's outcome over the steps that were answered.
+  ``$WM_ON_ERROR=fallback`` substitutes the env's fallback observation instead, as the paper's plugins do:
+  the episode goes on, the step's source is ``fallback`` and the counters count it.
 
 ``TEXTWM_ROLLOUT_ENV=real`` (:mod:`textwm.rl.real_rollouts`) steps every action in a real env server session
 instead (``TEXTWM_REAL_ENV_URL``): the same driver, turn rules, reward and prompt, the real env's observations
@@ -72,7 +74,14 @@ from textwm.envs.episode import Step, Trajectory, TurnRules
 from textwm.envs.protocol import EnvError
 from textwm.envs.registry import get_env
 from textwm.envs.sim_cache import SimTaskCache
-from textwm.envs.simulator import WM_ERROR, Simulator, guard_enabled
+from textwm.envs.simulator import (
+    FALLBACK,
+    ON_WM_ERROR_ENV,
+    WM_ERROR,
+    Simulator,
+    guard_enabled,
+    on_wm_error_from_env,
+)
 from textwm.rl.real_rollouts import (
     ROLLOUT_ENV_VAR,
     RealEnvRollouts,
@@ -187,6 +196,8 @@ class RolloutCounters:
     turns: int = 0
     unparseable: int = 0
     wm_errors: int = 0
+    #: Steps answered by the fallback observation after a WM failure (``$WM_ON_ERROR=fallback``).
+    wm_fallbacks: int = 0
     #: Real rollouts whose env server failed (the episode ends as ``env_error``).
     env_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -198,7 +209,7 @@ class RolloutCounters:
 
     def as_dict(self) -> dict[str, int]:
         return {"episodes": self.episodes, "turns": self.turns, "unparseable": self.unparseable,
-                "wm_errors": self.wm_errors, "env_errors": self.env_errors}
+                "wm_errors": self.wm_errors, "wm_fallbacks": self.wm_fallbacks, "env_errors": self.env_errors}
 
 
 @dataclass
@@ -293,7 +304,10 @@ class EpisodeDriver:
             trajectory.stepped(action, self.real.step(state["key"], episode, action,
                                                       previous_score=trajectory.outcome.score))
         else:
-            trajectory.stepped(action, self.simulator.step(episode, action))
+            step = self.simulator.step(episode, action)
+            if step.source == FALLBACK:
+                self.counters.add(wm_fallbacks=1)
+            trajectory.stepped(action, step)
         state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
         self.counters.add(turns=1)
         if trajectory.finished:
@@ -442,11 +456,13 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
                 return
             wm = WMSettings.from_env()
             use_local = guard_enabled(spec.guard_env)
-            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local), max_turns=max_turns,
-                                        sim_cache=sim_cache)
+            on_error = on_wm_error_from_env()
+            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local, on_wm_error=on_error),
+                                        max_turns=max_turns, sim_cache=sim_cache)
             log.info("%s: world model at %s (retries %d, timeout %.0f s; sampling %s); local responder %s (%s); "
-                     "max_turns %s", class_name, wm.endpoint, wm.max_retries, wm.timeout_s, wm.sampling(),
-                     "on" if use_local else "off", spec.guard_env, max_turns)
+                     "a failed answer: %s ($%s); max_turns %s", class_name, wm.endpoint, wm.max_retries, wm.timeout_s,
+                     wm.sampling(), "on" if use_local else "off", spec.guard_env, on_error, ON_WM_ERROR_ENV,
+                     max_turns)
 
         @property
         def counters(self) -> RolloutCounters:

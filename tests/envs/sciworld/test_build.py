@@ -76,3 +76,29 @@ def test_bundled_catalog_matches_the_installed_scienceworld():
     from textwm.envs.sciworld.env import live_task_catalog
 
     assert task_catalog() == live_task_catalog()
+
+
+def test_a_paper_layout_build_writes_the_papers_query_and_baked_prompt(tmp_path):
+    """``--prompt-style paper``: each row is the query the paper's plugin would send at that step (its state the
+    agent's conversation as JSON, its current action last) and the RL row carries the paper's baked prompt, which
+    the simulator reads the same way."""
+    from textwm.data.wm_message import split_wm_user_message
+    from textwm.envs.sciworld import paper_prompt as pp
+
+    build("sciworld", SciWorldBuildConfig(out_dir=str(tmp_path), tasks=("lifespan-longest-lived",), train_variations=1,
+                                          dev_variations=0, test_variations=0, explore_episodes=0, workers=1,
+                                          prompt_style="paper"))
+    rows = _rows(tmp_path / "wm_train.jsonl")
+    rl = _rows(tmp_path / "rl_train.jsonl")[0]
+    assert rl["wm_system_prompt"].startswith("## ENVIRONMENT\n") and "## COMPLETE ROOM MAP" in rl["wm_system_prompt"]
+    messages = json.loads(rl["messages"]) if isinstance(rl["messages"], str) else rl["messages"]
+    steps = []
+    for row in rows:
+        system, user, target = (m["content"] for m in row["messages"])
+        state, action = split_wm_user_message(user)
+        action = json.loads(action)[0]["content"]
+        conversation = pp.conversation_of(messages, steps, action)
+        assert json.loads(state) == conversation
+        assert system == pp.system_prompt(rl["wm_system_prompt"], conversation, action, pp.tracked_inventory(steps))
+        steps.append((action, target))
+    assert len(rows) >= 2

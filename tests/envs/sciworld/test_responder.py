@@ -1,8 +1,10 @@
 """The local responder against the real env: every answer it gives must equal the env's."""
 
+import dataclasses
+
 import pytest
 
-from textwm.envs.sciworld.responder import respond
+from textwm.envs.sciworld.responder import kind_words, respond
 from textwm.envs.sciworld.tasks import bake_task
 from textwm.envs.sciworld.tracker import EpisodeTracker
 from textwm.envs.sciworld.world import NO_MATCH, adjacency, doors, normalize_action, room_of, target_room
@@ -75,3 +77,26 @@ def test_a_look_that_named_another_room_does_not_break_the_next_look(real_env):
     tracker.observe("look around", f"This room is called the {other}. In it, you see: \n\tthe agent")
     assert tracker.room == "workshop" and "workshop" not in tracker.last_look
     assert respond(tracker, "look around") == task.room_map["workshop"]   # the workshop as the real env shows it
+
+
+def test_a_focus_on_something_not_in_reach_is_refused_as_the_env_refuses_it(real_env):
+    """The lifespan task's animals live outside: from the kitchen a focus on one is refused, outside on an absent
+    one too; the listed ones, their hidden names ("common toad" for "a frog egg") and partial names go to the
+    world model. Each refusal is checked against the real env."""
+    task = bake_task(real_env, "find-living-thing_v248")
+    tracker = EpisodeTracker(task)
+    assert "common toad" in task.room_objects["outside"] and "common toad" not in task.room_map["outside"]
+    for action in ["focus on crocodile", "focus on baby wolf", "FOCUS ON the Giant Tortoise"]:
+        if respond(tracker, action) is not None:
+            assert respond(tracker, action) == real_env.step(action).observation == NO_MATCH, action
+    assert respond(tracker, "focus on crocodile") == NO_MATCH
+    tracker.observe("teleport to outside", real_env.step("teleport to outside").observation)
+    assert respond(tracker, "focus on crocodile") == real_env.step("focus on crocodile").observation == NO_MATCH
+    assert respond(tracker, "focus on baby elephant") == NO_MATCH
+    for action in ["focus on common toad", "focus on frog egg", "focus on giant tortoise", "focus on butterfly",
+                   "focus on egg", "focus on kitchen", "focus on water"]:
+        assert respond(tracker, action) is None, action
+    # A task baked before the room's names were recorded: no claim.
+    old = EpisodeTracker(dataclasses.replace(task, room_objects={}))
+    assert respond(old, "focus on crocodile") is None
+    assert kind_words("the baby brown bear") == {"brown", "bear"} and kind_words("an egg") == set()

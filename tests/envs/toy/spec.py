@@ -57,6 +57,9 @@ class ToyEpisode:
     def agent_message(self, observation: str) -> str:
         return observation
 
+    def fallback_observation(self, action: str) -> str:
+        return "Nothing changes."
+
     def wm_query(self, action: str) -> WMQuery:
         return WMQuery(system_prompt=system_prompt(self.room), state=self.state(), action=action)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textwm.envs.alfworld import agent
-from textwm.envs.alfworld.responder import respond
+from textwm.envs.alfworld.responder import NOTHING_HAPPENS, respond
 from textwm.envs.alfworld.reward import episode_outcome
 from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.tracker import MIDDLE, Tracker
@@ -89,6 +89,10 @@ class AlfWorldEpisode:
 
     def agent_message(self, observation: str) -> str:
         return agent.user_turn(observation, self.tracker.admissible() or [])
+
+    def fallback_observation(self, action: str) -> str:
+        """The paper's substitute for every failed answer."""
+        return NOTHING_HAPPENS
 
     def unparseable(self) -> None:
         self.actions.append(None)

@@ -23,6 +23,10 @@ from textwm.envs.contract import Outcome, WMQuery
 log = logging.getLogger(__name__)
 
 
+#: The tool response that stands in for a failed world-model answer (the paper's wording).
+WM_FAILED = '{"error": "WM request failed"}'
+
+
 def clean_response(text: str) -> str:
     """A response as the agent gets it: think blocks and ``<tool_response>`` tags of a WM answer dropped."""
     return agent.unwrap_tool_response(THINK.sub("", text or "").strip())
@@ -77,6 +81,10 @@ class AppWorldEpisode:
 
     def agent_message(self, observation: str) -> str:
         return agent.tool_response_message(clean_response(observation))
+
+    def fallback_observation(self, action: str) -> str:
+        """The paper's substitute: an error body, which the agent reads as a failed call."""
+        return WM_FAILED
 
     def unparseable(self) -> None:
         self.actions.append(None)

@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from textwm.envs.sciworld import paper_prompt
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
 from textwm.envs.sciworld.wm_prompt import wm_system_prompt
 
@@ -40,15 +41,20 @@ def first_user_message(task: Task) -> str:
     return f"Task: {task.task_description}\n\n{task.initial_observation}"
 
 
+def start_messages(task: Task) -> list[dict[str, str]]:
+    """The agent's conversation before its first action: the system prompt and the task."""
+    return [{"role": "system", "content": AGENT_SYSTEM_PROMPT}, {"role": "user", "content": first_user_message(task)}]
+
+
 def rl_row(task: Task, *, max_turns: int = DEFAULT_MAX_TURNS) -> dict[str, Any]:
     """One RL task row (the paper's columns + ``sim_task``)."""
     tracker = EpisodeTracker(task)
     return {
-        "messages": [{"role": "system", "content": AGENT_SYSTEM_PROMPT},
-                     {"role": "user", "content": first_user_message(task)}],
+        "messages": start_messages(task),
         "task_id": task.task_id,
         "instruction": task.task_description,
-        "wm_system_prompt": wm_system_prompt(tracker, "look around"),
+        "wm_system_prompt": (paper_prompt.baked_prompt(task) if task.prompt_style == "paper"
+                             else wm_system_prompt(tracker, "look around")),
         "max_turns": max_turns,
         # A JSON string, like the paper's ``messages``: columnar loaders (datasets/Arrow) would
         # otherwise merge the room maps of different tasks into one struct type.
@@ -58,8 +64,7 @@ def rl_row(task: Task, *, max_turns: int = DEFAULT_MAX_TURNS) -> dict[str, Any]:
 
 def sft_row(task: Task, steps: list[tuple[str, str]], final_score: float) -> dict[str, Any]:
     """An SFT demo: the agent prompt, then alternating actions and real observations."""
-    messages = [{"role": "system", "content": AGENT_SYSTEM_PROMPT},
-                {"role": "user", "content": first_user_message(task)}]
+    messages = start_messages(task)
     for action, observation in steps:
         messages.append({"role": "assistant", "content": action})
         messages.append({"role": "user", "content": observation})

@@ -38,8 +38,8 @@ class SciWorldBuildConfig(BuildConfig):
     """Build the ScienceWorld world-model dataset (and RL task rows, SFT demos) from the real env."""
 
     #: WM prompt layout of the rows (and of the RL tasks' simulator).
-    prompt_style: str = option("full", "WM prompt layout: full (the paper's sections) or compact (small CPU models)",
-                               choices=PROMPT_STYLES)
+    prompt_style: str = option("full", "WM prompt layout: full (the paper's sections, condensed), compact (small CPU "
+                                       "models) or paper (the paper's query, byte for byte)", choices=PROMPT_STYLES)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,9 +50,11 @@ class SciWorldBuildConfig(BuildConfig):
 def _transition(tracker: EpisodeTracker, state: tuple[str, str], action: str, observation: str, job: Job, step: int,
                 source: str, episode: str) -> dict[str, Any]:
     """One chat row; ``state`` = the real (room contents, inventory) when the action was taken."""
+    from textwm.envs.sciworld.agent import start_messages
     from textwm.envs.sciworld.wm_prompt import wm_messages
 
-    messages = [*wm_messages(tracker, action, room_contents=state[0], inventory=state[1]),
+    messages = [*wm_messages(tracker, action, start_messages=start_messages(tracker.task), room_contents=state[0],
+                             inventory=state[1]),
                 {"role": "assistant", "content": observation}]
     return {"messages": messages, "task_id": job.task_id, "task": job.family, "variation": job.meta["variation"],
             "split": job.split, "episode": episode, "step": step, "source": source}

@@ -239,6 +239,14 @@ class SciWorldEnv:
     def look(self) -> str:
         return self._env.look()
 
+    def object_names(self) -> list[str]:
+        """One name the parser accepts for each object in reach (here and in the inventory), rooms included:
+        ``["agent", "axe", "common toad", ...]``, where the listing says "a frog egg" (free: no tick)."""
+        try:
+            return sorted(self._env.get_possible_objects())
+        except _py4j_error() as exc:
+            raise EnvFailed(f"{type(exc).__name__}: {exc}") from exc
+
     def inventory(self) -> str:
         return self._env.inventory()
 

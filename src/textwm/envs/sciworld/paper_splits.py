@@ -13,7 +13,8 @@ follow the iteration order of a Python ``set`` of the kept variations, as the pa
 A row has the paper's columns and types: ``messages`` (a JSON string: our
 :data:`~textwm.envs.sciworld.agent.AGENT_SYSTEM_PROMPT`, then the paper's first user message ``Task: <task
 description>\\n\\nYou are in: <start observation>``), ``task_id`` (``<task>_v<variation>``), ``instruction``,
-``ground_truth`` (``""``), ``wm_system_prompt`` (our WM prompt of the start state, from the baked room map) and
+``ground_truth`` (``""``), ``wm_system_prompt`` (the paper's per-task WM prompt: the task, the baked room map and the
+room connections, :func:`~textwm.envs.sciworld.paper_prompt.baked_prompt`) and
 ``max_turns`` (50). No ``sim_task``: GRPO and in-WM evaluation complete such rows through
 :mod:`textwm.envs.sim_cache`, as they do the paper's released rows.
 """
@@ -97,15 +98,14 @@ def paper_row(task: Any, *, few_shot: Sequence[dict[str, str]] = (), max_turns: 
     """One split row in the paper's format (module docstring) of a baked :class:`~textwm.envs.sciworld.tracker.Task`;
     ``few_shot``: turns between the system prompt and the task's user message (the LFM variant)."""
     from textwm.envs.sciworld.agent import AGENT_SYSTEM_PROMPT
-    from textwm.envs.sciworld.tracker import EpisodeTracker
-    from textwm.envs.sciworld.wm_prompt import wm_system_prompt
+    from textwm.envs.sciworld.paper_prompt import baked_prompt
 
     prefix = "NEW TASK: " if few_shot else "Task: "
     messages = [{"role": "system", "content": AGENT_SYSTEM_PROMPT}, *few_shot,
                 {"role": "user", "content": first_user_message(task.task_description, task.initial_observation,
                                                                prefix=prefix)}]
     return {"messages": json.dumps(messages), "task_id": task.task_id, "instruction": task.task_description,
-            "ground_truth": "", "wm_system_prompt": wm_system_prompt(EpisodeTracker(task), "look around"),
+            "ground_truth": "", "wm_system_prompt": baked_prompt(task),
             "max_turns": max_turns}
 
 

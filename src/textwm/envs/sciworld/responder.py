@@ -8,6 +8,8 @@ disagrees with the env is a bug, not an approximation.
 
 from __future__ import annotations
 
+import re
+
 from textwm.envs.sciworld.tracker import EpisodeTracker
 from textwm.envs.sciworld.world import (
     DYNAMIC_ROOMS,
@@ -17,6 +19,11 @@ from textwm.envs.sciworld.world import (
     normalize_action,
     target_room,
 )
+
+FOCUS = "focus on "
+#: Words that do not say what an object is: articles and life stages (an egg hatches into a baby of its kind).
+NOT_KIND_WORDS = frozenset({"a", "an", "the", "some", "of", "baby", "adult", "juvenile", "young", "egg", "eggs"})
+_WORD_RE = re.compile(r"[a-z0-9]+")
 
 WAIT_TEXT = {"wait": "You decide to wait for 10 iterations.", "wait1": "You decide to wait for 1 iterations."}
 NOT_CLEAR = "It's not clear how to get there from here."
@@ -45,7 +52,34 @@ def respond(tracker: EpisodeTracker, action: str) -> str | None:
         return _look(tracker)
     if a == "inventory":
         return None if tracker.inventory_changed else tracker.inventory_text
+    if verb == "focus" and a.startswith(FOCUS):
+        return _focus(tracker, a[len(FOCUS):])
     return None
+
+
+def _focus(tracker: EpisodeTracker, target: str) -> str | None:
+    """A focus on something nothing known of the episode names is refused, as the env refuses a focus on an object
+    that is not here or in the inventory; any other focus is left to the world model.
+
+    Known: the names the parser accepted in this room at the start (a listing's "frog egg" is also a "common
+    toad"), the room's latest listing (or its start listing), the inventory, and every observation so far (an object
+    the agent picked up or made was named when it happened). A target counts as named when one of its words that
+    say what it is (not its life stage or an article: ``baby``, ``egg``, ``the``) is known, so a renamed life stage
+    or a partial name still goes to the world model. Tasks baked without the room's names get no answer.
+    """
+    words = kind_words(target)
+    names = tracker.task.room_objects.get(tracker.room)
+    if not words or names is None:
+        return None
+    known = set(_WORD_RE.findall(" ".join([*names, tracker.room_contents(), tracker.inventory_text,
+                                             tracker.task.initial_inventory, tracker.task.initial_observation,
+                                             *(o for _, o in tracker.history)]).lower()))
+    return None if words & known else NO_MATCH
+
+
+def kind_words(name: str) -> set[str]:
+    """The words of an object's name that say what it is: ``"the baby brown bear"`` -> ``{"brown", "bear"}``."""
+    return set(_WORD_RE.findall(name.lower())) - NOT_KIND_WORDS
 
 
 def _simplifications(tracker: EpisodeTracker) -> set[str]:

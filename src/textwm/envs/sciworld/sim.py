@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,8 @@ from textwm.envs.contract import Outcome, WMQuery
 from textwm.envs.sciworld.responder import respond
 from textwm.envs.sciworld.reward import Goals, episode_outcome
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
-from textwm.envs.sciworld.wm_prompt import wm_state, wm_system_prompt
+from textwm.envs.sciworld.wm_prompt import wm_query_texts
+from textwm.envs.sciworld.world import NO_MATCH, normalize_action
 
 
 @dataclass
@@ -18,10 +20,14 @@ class SciWorldEpisode:
     #: Agent actions in order (None for an unparseable reply).
     actions: list[str | None] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    #: The agent's start messages (system, first user), kept for the paper's WM prompt only (its state is the
+    #: agent's conversation).
+    start_messages: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, task: Task) -> SciWorldEpisode:
-        return cls(tracker=EpisodeTracker(task))
+    def start(cls, task: Task, messages: Sequence[Mapping[str, Any]] = ()) -> SciWorldEpisode:
+        kept = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+        return cls(tracker=EpisodeTracker(task), start_messages=kept if task.prompt_style == "paper" else [])
 
     # --- SimEpisode protocol --------------------------------------------------------------------------
 
@@ -30,10 +36,21 @@ class SciWorldEpisode:
 
     def wm_query(self, action: str) -> WMQuery:
         # The proxy builds the user message from state + action: the same text as the training rows.
-        return WMQuery(system_prompt=wm_system_prompt(self.tracker, action), state=wm_state(self.tracker), action=action)
+        system, state, action_text = wm_query_texts(self.tracker, action, start_messages=self.start_messages)
+        return WMQuery(system_prompt=system, state=state, action=action_text)
 
     def agent_message(self, observation: str) -> str:
         return observation
+
+    def fallback_observation(self, action: str) -> str:
+        """The paper's substitutes: a look gets the room's known listing, ``go to X`` a move, the rest a no-match."""
+        a = normalize_action(action)
+        if a.startswith("look around"):
+            return (self.tracker.room_contents()
+                    or f"This room is called the {self.tracker.room}. You look around but see nothing notable.")
+        if a.startswith("go to "):
+            return f"You move to the {a[len('go to '):]}."
+        return NO_MATCH
 
     def observe(self, action: str, observation: str, source: str) -> None:
         self.actions.append(action)
@@ -51,9 +68,10 @@ class SciWorldEpisode:
         return episode_outcome(self.actions, self.observations(), Goals.from_dict(self.tracker.task.goals))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tracker": self.tracker.to_dict(), "actions": list(self.actions), "sources": list(self.sources)}
+        return {"tracker": self.tracker.to_dict(), "actions": list(self.actions), "sources": list(self.sources),
+                "start_messages": list(self.start_messages)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SciWorldEpisode:
         return cls(tracker=EpisodeTracker.from_dict(d["tracker"]), actions=list(d["actions"]),
-                   sources=list(d["sources"]))
+                   sources=list(d["sources"]), start_messages=list(d.get("start_messages", ())))

@@ -6,6 +6,7 @@
   replies in a row end an episode;
 * simulator: :class:`~textwm.envs.sciworld.sim.SciWorldEpisode` (tracker + local responder + WM prompt
   + trajectory outcome); ``SCIWORLD_WM_GUARD=0`` sends every step to the world model;
+  ``SCIWORLD_WM_PROMPT=paper`` (or ``full`` / ``compact``) overrides the WM prompt layout the rows carry;
 * reward: score / 100; a wrong focus keeps the progress before it, a loop or a streak its progress
   minus 0.1 (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100; the paper's rule
   (:func:`~textwm.envs.sciworld.reward.paper_reward`) with ``reward: paper``;
@@ -27,7 +28,9 @@ server: each episode's actions are replayed there and the real score is rewarded
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +54,21 @@ def _clean_sim_task(sim: Any) -> Any:
     if isinstance(sim.get("room_map"), Mapping):
         sim["room_map"] = {room: text for room, text in sim["room_map"].items() if text is not None}
     return sim
+
+
+#: Overrides the WM prompt layout the task rows carry (``paper``: query a world model trained on the paper's data
+#: in the paper's layout, e.g. on the paper's released rows, whose start state is baked here).
+WM_PROMPT_ENV = "SCIWORLD_WM_PROMPT"
+
+
+def wm_prompt_override() -> str | None:
+    """``$SCIWORLD_WM_PROMPT`` (one of the layouts), checked; None when unset."""
+    from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
+
+    value = os.environ.get(WM_PROMPT_ENV, "").strip()
+    if value and value not in PROMPT_STYLES:
+        raise ValueError(f"${WM_PROMPT_ENV}={value!r}: use one of {', '.join(PROMPT_STYLES)}")
+    return value or None
 
 
 class SciWorldSpec(EnvSpec):
@@ -141,7 +159,11 @@ class SciWorldSpec(EnvSpec):
         return agent.parse_action(reply)
 
     def start_episode(self, start: TaskStart) -> SciWorldEpisode:
-        return SciWorldEpisode.start(start.sim_task)
+        task = start.sim_task
+        layout = wm_prompt_override()
+        if layout and layout != task.prompt_style:
+            task = dataclasses.replace(task, prompt_style=layout)
+        return SciWorldEpisode.start(task, start.messages)
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> SciWorldEpisode:
         return SciWorldEpisode.from_dict(dict(data))

@@ -25,28 +25,31 @@ from textwm.envs.sciworld.tracker import Task
 from textwm.envs.sciworld.world import ROOMS
 
 #: Version of the bake below: raise it when a change alters baked tasks, so cached ones are rebuilt.
-BAKE_VERSION = 2   # 2: arrivals the gold run was credited for are milestones
+BAKE_VERSION = 3   # 2: arrivals the gold run was credited for are milestones; 3: room_objects
 #: ``on_step(i, action, (room contents, inventory) before the action, result)`` of :func:`play_gold`.
 GoldStep = Callable[[int, str, tuple[str, str], StepResult], None]
 
 
-def _tour(env: SciWorldEnv, task_id: str, simplification: str | None) -> dict[str, str]:
+def _tour(env: SciWorldEnv, task_id: str, simplification: str | None) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Every room's look-around text and the names of the objects in reach there."""
     env.reset(task_id, simplification=simplification)
-    room_map = {}
+    room_map, objects = {}, {}
     for room in ROOMS:
         env.step(f"teleport to {room}")
         room_map[room] = env.step("look around").observation
-    return room_map
+        objects[room] = env.object_names()
+    return room_map, objects
 
 
 def bake_task(env: SciWorldEnv, task_id: str, *, simplification: str | None = None, gold_path: bool = False) -> Task:
     """A :class:`Task` for ``task_id``; ``env`` is left reset at time 0 of that task."""
-    first, second = _tour(env, task_id, simplification), _tour(env, task_id, simplification)
+    (first, objects), (second, objects2) = _tour(env, task_id, simplification), _tour(env, task_id, simplification)
     start = env.reset(task_id, simplification=simplification, gold_path=gold_path)
     inventory = env.step("inventory").observation  # free: no tick (the reset info's copy differs in whitespace)
     return Task(task_id=task_id, task_description=start.task_description, initial_observation=start.observation,
                 initial_inventory=inventory, room_map=first, simplification=start.info["simplification"],
-                stable_rooms=sorted(room for room in ROOMS if first[room] == second[room]))
+                stable_rooms=sorted(room for room in ROOMS if first[room] == second[room]),
+                room_objects={room: sorted({*objects[room], *objects2[room]}) for room in ROOMS})
 
 
 def play_gold(env: SciWorldEnv, on_step: GoldStep | None = None) -> list[tuple[str, str, float]]:

@@ -40,6 +40,9 @@ class Task:
     #: WM prompt layout (:data:`textwm.envs.sciworld.wm_prompt.PROMPT_STYLES`); it travels with the task so
     #: the simulator queries the world model exactly as its training rows were written.
     prompt_style: str = "full"
+    #: Per room, the object names the parser accepted there at the start (both loads): the names a listing does
+    #: not show ("common toad" for "a frog egg"). Empty in tasks baked before it was recorded.
+    room_objects: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def connections(self) -> dict[str, list[str]]:

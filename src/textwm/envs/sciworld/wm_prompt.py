@@ -1,8 +1,9 @@
 """The steerable world-model prompt for ScienceWorld (the sections of the paper's prompts).
 
-Two layouts (``Task.prompt_style``): ``full`` (the sections below; the default) and ``compact`` (the
-room, the inventory and the task only, one history step): small models on a CPU learn the compact
-one in minutes, the full one needs far more training.
+Three layouts (``Task.prompt_style``): ``full`` (the sections below, condensed; the default), ``compact`` (the
+room, the inventory and the task only, one history step: small models on a CPU learn it in minutes, the full one
+needs far more training) and ``paper`` (the paper's own query, byte for byte: :mod:`~textwm.envs.sciworld.paper_prompt`;
+its state is the agent's whole conversation, so the query needs the agent's start messages).
 
 ``system`` = ENVIRONMENT STATE (current room and its contents, inventory, room connections),
 TASK CONTEXT, DOMAIN RULES, STEERING DIRECTIVES and the PREDICTION TARGET; ``user`` =
@@ -13,7 +14,11 @@ episodes) and the simulator (simulated episodes) produce the same prompt for the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from textwm.data.wm_message import wm_user_message
+from textwm.envs.sciworld import paper_prompt
 from textwm.envs.sciworld.tracker import HISTORY_STEPS, EpisodeTracker
 
 DOMAIN_RULES = """\
@@ -28,7 +33,7 @@ STEERING = ("Use only the rooms, objects and substances ENVIRONMENT STATE lists.
             "text only, in the environment's exact wording and layout.")
 
 
-PROMPT_STYLES = ("full", "compact")
+PROMPT_STYLES = ("full", "compact", "paper")
 
 
 def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
@@ -44,6 +49,8 @@ def wm_system_prompt(tracker: EpisodeTracker, action: str, *, room_contents: str
     inventory = tracker.inventory_text if inventory is None else inventory
     doors = ", ".join(tracker.task.connections.get(room, [])) or "none known"
     style = tracker.task.prompt_style
+    if style == "paper":
+        raise ValueError("the paper's WM prompt is written from the agent's conversation: use wm_query_texts")
     if style == "compact":
         return (f"ScienceWorld world model. Room: {room}. Doors to: {doors}. {inventory.strip()}\n"
                 f"Task: {tracker.task.task_description}\nAnswer with the observation only.")
@@ -71,9 +78,27 @@ def wm_state(tracker: EpisodeTracker) -> str:
     return tracker.history_text(1 if tracker.task.prompt_style == "compact" else HISTORY_STEPS)
 
 
-def wm_messages(tracker: EpisodeTracker, action: str, *, room_contents: str | None = None,
-                inventory: str | None = None) -> list[dict[str, str]]:
+def wm_query_texts(tracker: EpisodeTracker, action: str, *, start_messages: Sequence[Mapping[str, Any]] = (),
+                   room_contents: str | None = None, inventory: str | None = None) -> tuple[str, str, str]:
+    """``(system prompt, state, action)`` of the WM query for ``action`` in the task's layout (the proxy writes the
+    user message from state and action). ``start_messages``: the agent's system and first user message, which the
+    paper's layout sends as the start of the state (required there; the others ignore them). ``room_contents`` /
+    ``inventory``: the true state when known (:func:`wm_system_prompt`); the paper's layout reads the room from the
+    baked map and the inventory from the episode's own ``pick up`` / ``put`` steps, as the paper's plugin does."""
+    if tracker.task.prompt_style != "paper":
+        return (wm_system_prompt(tracker, action, room_contents=room_contents, inventory=inventory),
+                wm_state(tracker), action)
+    if not start_messages:
+        raise ValueError(f"{tracker.task.task_id}: the paper's WM prompt needs the agent's start messages")
+    conversation = paper_prompt.conversation_of(start_messages, tracker.history, action)
+    system = paper_prompt.system_prompt(paper_prompt.baked_prompt(tracker.task), conversation, action,
+                                        paper_prompt.tracked_inventory(tracker.history))
+    return system, paper_prompt.user_state(conversation), paper_prompt.user_action(action)
+
+
+def wm_messages(tracker: EpisodeTracker, action: str, *, start_messages: Sequence[Mapping[str, Any]] = (),
+                room_contents: str | None = None, inventory: str | None = None) -> list[dict[str, str]]:
     """The chat messages of a WM query (and, with the observation appended, of a training row)."""
-    return [{"role": "system", "content": wm_system_prompt(tracker, action, room_contents=room_contents,
-                                                           inventory=inventory)},
-            {"role": "user", "content": wm_user_message(wm_state(tracker), action)}]
+    system, state, action_text = wm_query_texts(tracker, action, start_messages=start_messages,
+                                                room_contents=room_contents, inventory=inventory)
+    return [{"role": "system", "content": system}, {"role": "user", "content": wm_user_message(state, action_text)}]

@@ -1,0 +1,79 @@
+"""Print the world-model query of one step, as chat messages, to check a layout against the paper's byte for byte.
+
+    python -m textwm.envs.wm_prompt --env sciworld --format paper --step STEP.json
+
+prints ``{"messages": [system, user]}``: the system prompt the paper's builder writes and the user message its
+proxy composes from the payload (``State: <state>\\n\\nAction: <action>``). ``STEP.json`` holds what the paper's
+builder takes, keyed by its parameter names:
+
+* ScienceWorld (``build_wm_prompt``): ``system_prompt`` (the row's ``wm_system_prompt``), ``conversation_history``
+  (the agent's messages, its current action last), ``action_text``, ``inventory`` (a list of item names;
+  optional).
+
+The paper's layouts of ALFWorld and AppWorld are not written here yet; asking for them is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from textwm.data.wm_message import wm_user_message
+
+
+def _sciworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
+    from textwm.envs.sciworld import paper_prompt
+
+    conversation, action = step["conversation_history"], step["action_text"]
+    if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
+        raise ValueError("conversation_history must be a list of {role, content} messages")
+    system = paper_prompt.system_prompt(str(step["system_prompt"]), conversation, str(action),
+                                        step.get("inventory") or ())
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": wm_user_message(paper_prompt.user_state(conversation),
+                                                        paper_prompt.user_action(str(action)))}]
+
+
+#: (env, format) -> (the step's required keys, the builder).
+LAYOUTS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[dict[str, str]]]]] = {
+    ("sciworld", "paper"): (("system_prompt", "conversation_history", "action_text"), _sciworld_paper),
+}
+
+
+def step_messages(env: str, fmt: str, step: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The query's chat messages for ``step`` (keyed as the paper's builder's parameters)."""
+    if (env, fmt) not in LAYOUTS:
+        have = ", ".join(f"--env {e} --format {f}" for e, f in LAYOUTS)
+        raise ValueError(f"no {fmt!r} layout for {env!r} here (available: {have})")
+    required, build = LAYOUTS[env, fmt]
+    missing = [k for k in required if k not in step]
+    if missing:
+        raise ValueError(f"the step has no {', '.join(missing)} (a {env} {fmt} step needs {', '.join(required)})")
+    return build(step)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m textwm.envs.wm_prompt", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS} | {"alfworld", "appworld"}))
+    p.add_argument("--format", required=True, choices=("paper",), help="the layout")
+    p.add_argument("--step", required=True, help="a JSON file with the builder's inputs (above)")
+    args = p.parse_args(argv)
+    try:
+        step = json.loads(Path(args.step).read_text())
+        if not isinstance(step, dict):
+            raise ValueError("must hold a JSON object")
+        messages = step_messages(args.env, args.format, step)
+    except (OSError, ValueError) as exc:
+        print(f"error: --step {args.step}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"messages": messages}, ensure_ascii=False, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
