@@ -66,12 +66,25 @@ def paper_rows(tmp_path_factory):
     return rows, cache
 
 
+def wm_answer(action: str) -> str | None:
+    """The perfect WM's answer; the paper's layout sends the action as ``[{"role": "assistant", ...}]``."""
+    if action.startswith("["):
+        action = json.loads(action)[0]["content"]
+    return WM_ANSWERS.get(action)
+
+
 def wm_server() -> GoldWM:
-    return GoldWM([], fallback=WM_ANSWERS.get)
+    return GoldWM([], fallback=wm_answer)
 
 
-def test_paper_rows_complete_once_then_play_in_grpo_and_in_wm_evaluation(paper_rows, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("layout", ["rows", "paper"])
+def test_paper_rows_complete_once_then_play_in_grpo_and_in_wm_evaluation(paper_rows, tmp_path, monkeypatch, capsys,
+                                                                         layout):
+    """The rows' own WM layout, and the paper's (``SCIWORLD_WM_PROMPT=paper``): every query then is the paper's,
+    its state the row's own agent conversation."""
     rows, cache = paper_rows
+    if layout == "paper":
+        monkeypatch.setenv("SCIWORLD_WM_PROMPT", "paper")
     assert sim_cache_main(["--env", "sciworld", "--rows", str(rows), "--cache-dir", str(cache)]) == 0
     assert "(0 built, 1 from the cache)" in capsys.readouterr().out        # no env this time
     monkeypatch.setenv("TEXTWM_SIM_CACHE", str(cache))
@@ -103,11 +116,20 @@ def test_paper_rows_complete_once_then_play_in_grpo_and_in_wm_evaluation(paper_r
         out = tmp_path / "eval"
         assert eval_main(["agent-wm", "--rows", str(rows), "--agent-url", agent.url, "--wm-endpoint", wm.url,
                           "--output-dir", str(out)], env="sciworld") == 0, capsys.readouterr().err
+        queries = [body["input"] for method, _, body in wm.requests if method == "POST"]
     finally:
         wm.close()
         agent.close()
     episodes = [json.loads(x) for x in (out / "episodes_wm.jsonl").read_text().splitlines()]
     assert [(e["task_id"], e["reason"], e["score"]) for e in episodes] == [(TASK_ID, "success", 100.0)] * 2
+    assert queries
+    for q in queries:
+        paper = q["system_prompt"].startswith("## ENVIRONMENT STATE\nScienceWorld is a text-based interactive")
+        assert paper == (layout == "paper")
+        if paper:
+            conversation = json.loads(q["state"])
+            assert conversation[0] == {"role": "system", "content": PAPER_SYSTEM}
+            assert conversation[-1] == {"role": "assistant", "content": json.loads(q["action"])[0]["content"]}
     # A task id the real env does not have: the row is named, nothing is built.
     bad = write_lines(tmp_path / "bad.jsonl", [paper_row(), paper_row("boil_v9999")])
     assert sim_cache_main(["--env", "sciworld", "--rows", str(bad), "--cache-dir", str(cache)]) == 2

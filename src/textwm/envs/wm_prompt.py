@@ -9,8 +9,10 @@ builder takes, keyed by its parameter names:
 * ScienceWorld (``build_wm_prompt``): ``system_prompt`` (the row's ``wm_system_prompt``), ``conversation_history``
   (the agent's messages, its current action last), ``action_text``, ``inventory`` (a list of item names;
   optional).
+* ALFWorld (``build_alfworld_wm_prompt``): ``wm_system_prompt`` (the row's), ``messages`` (the agent's messages,
+  its current reply last), ``action_text`` (the parsed action; sent as plain text).
 
-The paper's layouts of ALFWorld and AppWorld are not written here yet; asking for them is an error.
+The paper's layout of AppWorld is not written here yet; asking for it is an error.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ from textwm.data.wm_message import wm_user_message
 def _sciworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
     from textwm.envs.sciworld import paper_prompt
 
-    conversation, action = step["conversation_history"], step["action_text"]
-    if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
-        raise ValueError("conversation_history must be a list of {role, content} messages")
+    conversation, action = _messages(step["conversation_history"], "conversation_history"), step["action_text"]
     system = paper_prompt.system_prompt(str(step["system_prompt"]), conversation, str(action),
                                         step.get("inventory") or ())
     return [{"role": "system", "content": system},
@@ -38,9 +38,24 @@ def _sciworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
                                                         paper_prompt.user_action(str(action)))}]
 
 
+def _alfworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
+    from textwm.envs.alfworld import paper_prompt
+
+    messages, action = _messages(step["messages"], "messages"), str(step["action_text"])
+    return [{"role": "system", "content": paper_prompt.system_prompt(str(step["wm_system_prompt"]), messages, action)},
+            {"role": "user", "content": wm_user_message(paper_prompt.user_state(messages), action)}]
+
+
+def _messages(value: Any, key: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise ValueError(f"{key} must be a list of {{role, content}} messages")
+    return value
+
+
 #: (env, format) -> (the step's required keys, the builder).
 LAYOUTS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[dict[str, str]]]]] = {
     ("sciworld", "paper"): (("system_prompt", "conversation_history", "action_text"), _sciworld_paper),
+    ("alfworld", "paper"): (("wm_system_prompt", "messages", "action_text"), _alfworld_paper),
 }
 
 
@@ -59,7 +74,7 @@ def step_messages(env: str, fmt: str, step: Mapping[str, Any]) -> list[dict[str,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m textwm.envs.wm_prompt", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS} | {"alfworld", "appworld"}))
+    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS} | {"appworld"}))
     p.add_argument("--format", required=True, choices=("paper",), help="the layout")
     p.add_argument("--step", required=True, help="a JSON file with the builder's inputs (above)")
     args = p.parse_args(argv)

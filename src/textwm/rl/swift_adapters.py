@@ -260,6 +260,10 @@ class EpisodeDriver:
             start = self.spec.load_row(row, need_sim=True)
         except DataError as exc:
             raise ValueError(f"{self.spec.name} RL row {row.get('task_id', '?')!r}: {exc}") from None
+        if messages:
+            # The agent's conversation comes with the request (ms-swift keeps ``messages`` apart from the row's other
+            # columns): a real reset may have to rebuild it, and the paper's WM layout sends it as the WM's state.
+            start = dataclasses.replace(start, messages=tuple(dict(m) for m in messages))
         episode = self.spec.start_episode(start)
         limits = [n for n in (self.max_turns, start.max_turns) if n]
         trajectory = Trajectory(start.task_id, max_turns=min(limits) if limits else None, outcome=episode.outcome())
@@ -268,10 +272,7 @@ class EpisodeDriver:
                  # What the paper's rule reads of the task (fixed for the episode: taken once, here).
                  "reward_context": self.spec.reward_context(episode)}
         if self.real is not None:
-            # The agent's conversation comes with the request (ms-swift keeps ``messages`` apart from the row's
-            # other columns): it is what a real reset may have to rebuild.
-            self._start_real(state, dataclasses.replace(start, messages=tuple(dict(m) for m in messages))
-                             if messages else start)
+            self._start_real(state, start)
         return state
 
     def _start_real(self, state: dict[str, Any], start: Any) -> None:

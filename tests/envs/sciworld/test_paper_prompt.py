@@ -151,5 +151,5 @@ def test_the_cli_prints_the_query(tmp_path, capsys):
     path.write_text(json.dumps({"action_text": "look around"}))
     assert cli.main(["--env", "sciworld", "--format", "paper", "--step", str(path)]) == 2
     assert "no system_prompt, conversation_history" in capsys.readouterr().err
-    assert cli.main(["--env", "alfworld", "--format", "paper", "--step", str(path)]) == 2
-    assert "no 'paper' layout for 'alfworld'" in capsys.readouterr().err
+    assert cli.main(["--env", "appworld", "--format", "paper", "--step", str(path)]) == 2
+    assert "no 'paper' layout for 'appworld'" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""The paper's ALFWorld world-model query, checked against a prompt written out by hand."""
+
+import json
+
+from textwm.envs import wm_prompt as cli
+from textwm.envs.alfworld import paper_prompt as pp
+
+BAKED = """Task: clean some ladle and put it in cabinet.
+Task type: pick_clean_then_place_in_recep
+Goal predicates: target=ladle, destination=cabinet, needs_clean=true
+
+## INITIAL SCENE
+- cabinet 2 (closed)
+- countertop 1 (open)
+- sinkbasin 1 (open)
+
+## INITIAL OBJECT LOCATIONS
+- ladle 2: on countertop 1
+- apple 1: on countertop 1"""
+
+
+def turn(observation: str) -> dict:
+    return {"role": "user", "content": f"Observation:\n{observation}\n\nAdmissible commands:\n- look"}
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You are an agent in ALFWorld."},
+    {"role": "user", "content": "Your task is to: clean some ladle and put it in cabinet."},
+    {"role": "assistant", "content": "Action: go to countertop 1"},
+    turn("You arrive at countertop 1. On the countertop 1, you see a apple 1, and a ladle 2."),
+    {"role": "assistant", "content": "Action: take ladle 2 from countertop 1"},
+    turn("You pick up the ladle 2 from the countertop 1."),
+    {"role": "assistant", "content": "Action: go to sinkbasin 1"},
+    turn("You arrive at sinkbasin 1. On the sinkbasin, you see nothing."),      # a WM that dropped the number
+    {"role": "assistant", "content": "Action: clean ladle 2 with sinkbasin 1"},
+    turn("You clean the ladle 2 using the sinkbasin 1."),
+    {"role": "assistant", "content": "Action: go to cabinet 2"},
+    turn("You arrive at cabinet 2. The cabinet 2 is closed."),
+    {"role": "assistant", "content": "Action: open cabinet 2"},
+]
+
+#: Written by hand from the paper's builder: the state part; the rules block follows it, then the target.
+EXPECTED_STATE = "\n".join([
+    "## ENVIRONMENT STATE",
+    pp.IDENTITY,
+    "Task: clean some ladle and put it in cabinet.",
+    "Task type: pick_clean_then_place_in_recep",
+    "Goal predicates: target=ladle, destination=cabinet, needs_clean=true",
+    "Current location: cabinet 2",
+    "Inventory: ladle 2",
+    "",
+    "Receptacles in this room (all 1-indexed, lowercase):",
+    "- cabinet 2: currently CLOSED \u2014 must be opened to take/place inside",
+    "- countertop 1: OPEN (was closed; agent has opened it)",           # the paper's tag for a scene-open one
+    "- sinkbasin 1: OPEN (was closed; agent has opened it)",
+    "",
+    "Known receptacle contents (pre-baked from initial scene walk + updates from this rollout's take/put events):",
+    "  [countertop 1] apple 1",
+    "  [sinkbasin 1] (empty)",
+    "",
+    "Object state modifiers acquired earlier in this rollout:",
+    "- ladle 2: clean",
+    "",
+    "## TASK CONTEXT",
+    pp.TASK_CONTEXT,
+    "Active action (verbatim, lowercase): open cabinet 2",
+    "",
+    "",
+])
+
+
+def test_the_paper_query_of_a_fixed_state():
+    system = pp.system_prompt(BAKED, CONVERSATION, "open cabinet 2")
+    rules = pp.rules_text()
+    assert system == EXPECTED_STATE + rules + ("PREDICTION TARGET: The single textworld feedback paragraph that the "
+                                               "engine would print in response to the action `open cabinet 2` from "
+                                               "the environment state above.")
+    assert rules.startswith("## DOMAIN RULES\nResponse must match the template VERBATIM.")
+    assert rules.endswith('- Prefix each item with "a " in listings (e.g. "a apple 1, a mug 2, and a pan 1").\n\n')
+    assert len(rules.splitlines()) == 101 and "## STEERING DIRECTIVES\n" in rules
+
+
+def test_the_state_follows_the_papers_reading_rules():
+    state = pp.room_state(BAKED, [*CONVERSATION[:4], turn("You put the apple 1 in/on the cabinet 2."),
+                                  turn("You close the cabinet 2."),
+                                  turn("You arrive at countertop 1. On the countertop, you see a mug.")])
+    assert state.contents["cabinet 2"] == ["apple 1"]          # put: added where it went
+    assert state.tag("cabinet 2").startswith("currently CLOSED")
+    assert "mug" in state.contents["countertop 1"]             # no numbered mug seen: kept as listed
+    assert pp.listed("a apple 1, a mug 2, and a pan 1") == ["apple 1", "mug 2", "pan 1"]
+
+
+def test_the_cli_prints_the_query(tmp_path, capsys):
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps({"wm_system_prompt": BAKED, "messages": CONVERSATION, "action_text": "open cabinet 2"}))
+    assert cli.main(["--env", "alfworld", "--format", "paper", "--step", str(path)]) == 0
+    system, user = json.loads(capsys.readouterr().out)["messages"]
+    assert system["content"] == pp.system_prompt(BAKED, CONVERSATION, "open cabinet 2")
+    assert user["content"] == f"State: {json.dumps(CONVERSATION)}\n\nAction: open cabinet 2"
