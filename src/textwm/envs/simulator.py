@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,15 @@ def guard_enabled(env_var: str) -> bool:
     if value not in ("0", "1", "false", "true", "no", "yes", ""):
         raise ValueError(f"${env_var}={value!r}: use 0 (all steps to the world model) or 1 (local responder on)")
     return value not in ("0", "false", "no")
+
+
+def wm_prompt_from_env(env_var: str, layouts: Sequence[str]) -> str | None:
+    """``$<ENV>_WM_PROMPT``, the WM prompt layout that overrides the rows' (one of ``layouts``), checked; None when
+    unset."""
+    value = os.environ.get(env_var, "").strip()
+    if value and value not in layouts:
+        raise ValueError(f"${env_var}={value!r}: use one of {', '.join(layouts)}")
+    return value or None
 
 
 def on_wm_error_from_env(default: str = "end") -> str:

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from textwm.envs import wm_prompt as cli
 from textwm.envs.alfworld import paper_prompt as pp
 
@@ -97,3 +99,42 @@ def test_the_cli_prints_the_query(tmp_path, capsys):
     system, user = json.loads(capsys.readouterr().out)["messages"]
     assert system["content"] == pp.system_prompt(BAKED, CONVERSATION, "open cabinet 2")
     assert user["content"] == f"State: {json.dumps(CONVERSATION)}\n\nAction: open cabinet 2"
+
+
+def test_the_simulator_queries_in_the_paper_layout(monkeypatch):
+    """``ALFWORLD_WM_PROMPT=paper``: each query is the paper's for the episode's own conversation (the start
+    messages, then ``Action: ...`` and the user message of every answered step), which travels with the episode."""
+    from tests.envs.alfworld.conftest import make_scene
+    from tests.eval.helpers import GoldWM
+    from textwm.clients.wm import WMClient
+    from textwm.envs.alfworld.sim import AlfWorldEpisode
+    from textwm.envs.contract import TaskStart
+    from textwm.envs.registry import get_env
+    from textwm.envs.simulator import Simulator
+
+    scene = make_scene()
+    start_messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Go."}]
+    monkeypatch.setenv("ALFWORLD_WM_PROMPT", "paper")
+    start = TaskStart(task_id="t", family="pick_heat_then_place_in_recep", messages=tuple(start_messages),
+                      sim_task=scene)
+    episode = get_env("alfworld").start_episode(start)
+    assert episode.layout == "paper"
+    wm = GoldWM([], fallback=lambda action: "Nothing happens.")
+    try:
+        sim = Simulator(WMClient(wm.url), use_local=False)
+        actions = ["look", f"go to {scene.receptacles[0].name}", "inventory"]
+        for action in actions:
+            sim.step(episode, action)
+            episode = AlfWorldEpisode.from_dict(json.loads(json.dumps(episode.to_dict())))
+        queries = [body["input"] for method, _, body in wm.requests if method == "POST"]
+    finally:
+        wm.close()
+    assert len(queries) == len(actions)
+    for i, (q, action) in enumerate(zip(queries, actions)):
+        conversation = json.loads(q["state"])
+        assert conversation[:2] == start_messages and len(conversation) == 2 + 2 * i + 1
+        assert conversation[-1] == {"role": "assistant", "content": f"Action: {action}"} and q["action"] == action
+        assert q["system_prompt"] == pp.system_prompt(scene.wm_system_prompt(), conversation, action)
+    monkeypatch.setenv("ALFWORLD_WM_PROMPT", "verbatim")
+    with pytest.raises(ValueError, match="ALFWORLD_WM_PROMPT"):
+        get_env("alfworld").start_episode(start)

@@ -15,14 +15,19 @@ The world model sees (the same text as its training rows, :func:`wm_query_of`):
 
 The agent's next user message carries the admissible commands the tracker computes (the real game's
 list wherever the state is known; none where it is not, so the agent can still act).
+
+``ALFWORLD_WM_PROMPT=paper`` queries in the paper's layout instead (:mod:`~textwm.envs.alfworld.paper_prompt`): the
+system prompt rebuilt from the scene and the agent's conversation, the state the conversation as JSON (the
+episode keeps it: the start messages, then ``Action: <action>`` and each user message it answered).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from textwm.envs.alfworld import agent
+from textwm.envs.alfworld import agent, paper_prompt
 from textwm.envs.alfworld.responder import NOTHING_HAPPENS, respond
 from textwm.envs.alfworld.reward import episode_outcome
 from textwm.envs.alfworld.scene import Scene
@@ -30,6 +35,8 @@ from textwm.envs.alfworld.tracker import MIDDLE, Tracker
 from textwm.envs.contract import Outcome, WMQuery
 
 HISTORY_STEPS = 4
+#: WM prompt layouts: ``scene`` (the module docstring) and ``paper``.
+LAYOUTS = ("scene", "paper")
 
 
 def state_text(t: Tracker, history: list[tuple[str, str]]) -> str:
@@ -65,10 +72,18 @@ class AlfWorldEpisode:
     actions: list[str | None] = field(default_factory=list)
     observations: list[str | None] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    layout: str = "scene"
+    #: The agent's conversation so far (paper layout only: it is that layout's state).
+    conversation: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
-    def start(cls, scene: Scene) -> AlfWorldEpisode:
-        return cls(tracker=Tracker.start(scene))
+    def start(cls, scene: Scene, messages: Sequence[Mapping[str, Any]] = (), layout: str = "scene") -> AlfWorldEpisode:
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown ALFWorld WM prompt layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+        if layout == "paper" and not messages:
+            raise ValueError("the paper's WM prompt needs the agent's start messages (its state is the conversation)")
+        conversation = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+        return cls(tracker=Tracker.start(scene), layout=layout, conversation=conversation if layout == "paper" else [])
 
     def history(self) -> list[tuple[str, str]]:
         return [(a, o) for a, o in zip(self.actions, self.observations) if a is not None and o is not None]
@@ -79,6 +94,11 @@ class AlfWorldEpisode:
         return respond(self.tracker, action)
 
     def wm_query(self, action: str) -> WMQuery:
+        if self.layout == "paper":
+            conversation = [*self.conversation, {"role": "assistant", "content": agent.format_reply(action)}]
+            return WMQuery(system_prompt=paper_prompt.system_prompt(self.tracker.scene.wm_system_prompt(),
+                                                                    conversation, action),
+                           state=paper_prompt.user_state(conversation), action=action)
         return wm_query_of(self.tracker, self.history(), action)
 
     def observe(self, action: str, observation: str, source: str) -> None:
@@ -86,6 +106,9 @@ class AlfWorldEpisode:
         self.actions.append(action)
         self.observations.append(observation)
         self.sources.append(source)
+        if self.layout == "paper":
+            self.conversation += [{"role": "assistant", "content": agent.format_reply(action)},
+                                  {"role": "user", "content": self.agent_message(observation)}]
 
     def agent_message(self, observation: str) -> str:
         return agent.user_turn(observation, self.tracker.admissible() or [])
@@ -103,9 +126,11 @@ class AlfWorldEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.to_dict(), "actions": list(self.actions),
-                "observations": list(self.observations), "sources": list(self.sources)}
+                "observations": list(self.observations), "sources": list(self.sources), "layout": self.layout,
+                "conversation": list(self.conversation)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlfWorldEpisode:
         return cls(tracker=Tracker.from_dict(d["tracker"]), actions=list(d["actions"]),
-                   observations=list(d["observations"]), sources=list(d["sources"]))
+                   observations=list(d["observations"]), sources=list(d["sources"]),
+                   layout=str(d.get("layout", "scene")), conversation=list(d.get("conversation", ())))

@@ -25,11 +25,14 @@ from textwm.envs.alfworld.env import AlfWorldSessionConfig
 from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
 from textwm.envs.alfworld.rows import sim_task_of, task_id_from_game_file
 from textwm.envs.alfworld.scene import Scene
-from textwm.envs.alfworld.sim import AlfWorldEpisode
+from textwm.envs.alfworld.sim import LAYOUTS, AlfWorldEpisode
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession, ResetResult
+from textwm.envs.simulator import wm_prompt_from_env
 
 log = logging.getLogger(__name__)
+#: ``paper``: the simulator queries the world model in the paper's layout (``scene``: ours, the default).
+WM_PROMPT_ENV = "ALFWORLD_WM_PROMPT"
 _PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -110,7 +113,8 @@ class AlfWorldSpec(EnvSpec):
         return reward.paper_reward(outcome, episode.get("last_reply"))
 
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
-        return AlfWorldEpisode.start(start.sim_task)
+        layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or "scene"
+        return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout)
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AlfWorldEpisode:
         return AlfWorldEpisode.from_dict(dict(data))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +41,8 @@ from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConf
 from textwm.envs.sciworld.paper_form import SciWorldPaperForm
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
+from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
+from textwm.envs.simulator import wm_prompt_from_env
 
 
 def _clean_sim_task(sim: Any) -> Any:
@@ -59,16 +60,6 @@ def _clean_sim_task(sim: Any) -> Any:
 #: Overrides the WM prompt layout the task rows carry (``paper``: query a world model trained on the paper's data
 #: in the paper's layout, e.g. on the paper's released rows, whose start state is baked here).
 WM_PROMPT_ENV = "SCIWORLD_WM_PROMPT"
-
-
-def wm_prompt_override() -> str | None:
-    """``$SCIWORLD_WM_PROMPT`` (one of the layouts), checked; None when unset."""
-    from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
-
-    value = os.environ.get(WM_PROMPT_ENV, "").strip()
-    if value and value not in PROMPT_STYLES:
-        raise ValueError(f"${WM_PROMPT_ENV}={value!r}: use one of {', '.join(PROMPT_STYLES)}")
-    return value or None
 
 
 class SciWorldSpec(EnvSpec):
@@ -160,7 +151,7 @@ class SciWorldSpec(EnvSpec):
 
     def start_episode(self, start: TaskStart) -> SciWorldEpisode:
         task = start.sim_task
-        layout = wm_prompt_override()
+        layout = wm_prompt_from_env(WM_PROMPT_ENV, PROMPT_STYLES)
         if layout and layout != task.prompt_style:
             task = dataclasses.replace(task, prompt_style=layout)
         return SciWorldEpisode.start(task, start.messages)
