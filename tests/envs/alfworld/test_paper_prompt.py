@@ -138,3 +138,29 @@ def test_the_simulator_queries_in_the_paper_layout(monkeypatch):
     monkeypatch.setenv("ALFWORLD_WM_PROMPT", "verbatim")
     with pytest.raises(ValueError, match="ALFWORLD_WM_PROMPT"):
         get_env("alfworld").start_episode(start)
+
+
+@pytest.mark.slow
+def test_a_paper_layout_build_writes_the_papers_query(games_root, tmp_path):
+    """``--prompt-style paper``: each row is the paper's query at that step, its state the agent's conversation in
+    the real game (the welcome turn and every answered turn, the real admissible commands included)."""
+    pytest.importorskip("alfworld", reason="ALFWorld is in the [envs] extra")
+    from textwm.data.wm_message import split_wm_user_message
+    from textwm.envs.alfworld.build import AlfWorldBuildConfig
+    from textwm.envs.build import build
+
+    build("alfworld", AlfWorldBuildConfig(out_dir=str(tmp_path), games_dir=str(games_root), train_variations=1,
+                                          dev_variations=0, test_variations=0, explore_episodes=1, explore_steps=4,
+                                          workers=1, prompt_style="paper"))
+    rows = [json.loads(x) for x in (tmp_path / "wm_train.jsonl").read_text().splitlines()]
+    rl = {r["task_id"]: r for r in (json.loads(x) for x in (tmp_path / "rl_train.jsonl").read_text().splitlines())}
+    assert rows and {r["source"] for r in rows} >= {"expert"}
+    for row in rows:
+        system, user, _ = (m["content"] for m in row["messages"])
+        state, action = split_wm_user_message(user)
+        conversation = json.loads(state)
+        start = rl[row["task_id"]]["messages"]
+        assert conversation[:2] == (json.loads(start) if isinstance(start, str) else start)
+        assert len(conversation) == 2 + 2 * row["step"] + 1
+        assert conversation[-1] == {"role": "assistant", "content": f"Action: {action}"}
+        assert system == pp.system_prompt(rl[row["task_id"]]["wm_system_prompt"], conversation, action)

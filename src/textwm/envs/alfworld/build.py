@@ -9,7 +9,10 @@ sampled admissible command, or an invalid one — a command the game does not ad
 learns "Nothing happens."). Every step is one chat row: system = the scene in the paper's
 ``wm_system_prompt`` format, user = ``State: <tracked state + recent steps>\\n\\nAction: <action>``
 (:func:`~textwm.envs.alfworld.sim.wm_query_of`, the simulator's own query), assistant = the real
-observation. The expert episode also gives the RL task row (the paper's columns + ``task_id`` and
+observation. ``--prompt-style paper`` writes the paper's query instead (:mod:`~textwm.envs.alfworld.paper_prompt`:
+the system prompt rebuilt from the scene and the agent's conversation in the real game, its admissible commands
+included; the state that conversation as JSON), the layout the simulator queries with ``ALFWORLD_WM_PROMPT=paper``.
+The expert episode also gives the RL task row (the paper's columns + ``task_id`` and
 ``sim_task``) and, when it wins, an SFT demo (``Action: <command>`` turns).
 
 :func:`paper_main` is alfworld/build_dataset.py and build_sft_expert.py: our flags, plus the paper's
@@ -30,13 +33,13 @@ from typing import Any, ClassVar
 
 from textwm.config import option
 from textwm.data.wm_message import wm_user_message
-from textwm.envs.alfworld import agent
+from textwm.envs.alfworld import agent, paper_prompt
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
 from textwm.envs.alfworld.gamebank import EXPERT_STEPS
 from textwm.envs.alfworld.games import GAME_FILE, read_scene
 from textwm.envs.alfworld.responder import respond
 from textwm.envs.alfworld.scene import Scene
-from textwm.envs.alfworld.sim import wm_query_of
+from textwm.envs.alfworld.sim import LAYOUTS, wm_query_of
 from textwm.envs.alfworld.tracker import Tracker
 from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
 
@@ -61,6 +64,8 @@ class AlfWorldBuildConfig(BuildConfig):
     shuffle: bool = option(False, f"with --split: shuffle the games with random.Random({PAPER_SHUFFLE_SEED}) before "
                                   "--limit (the paper's seed)")
     max_steps: int = option(EXPERT_STEPS, "expert actions per game at most (the paper's build_sft_expert.py --max-steps)")
+    prompt_style: str = option("scene", "WM prompt layout of the rows: scene (ours) or paper (the paper's query, byte "
+                                        "for byte; query it with ALFWORLD_WM_PROMPT=paper)", choices=LAYOUTS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,6 +80,8 @@ class AlfWorldBuildConfig(BuildConfig):
                              f"{{{','.join(SPLIT_OF)}}} (without --split use --train-variations etc.)")
         if self.max_steps < 1:
             raise ValueError(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.prompt_style not in LAYOUTS:
+            raise ValueError(f"--prompt-style must be one of {', '.join(LAYOUTS)}, got {self.prompt_style!r}")
 
 
 def invalid_action(rng: random.Random, scene: Scene, admissible: list[str]) -> str:
@@ -91,23 +98,41 @@ def invalid_action(rng: random.Random, scene: Scene, admissible: list[str]) -> s
 
 
 def _row(scene: Scene, tracker: Tracker, history: list[tuple[str, str]], action: str, observation: str, job: Job,
-         step: int, source: str, episode: str) -> dict[str, Any]:
+         step: int, source: str, episode: str, conversation: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """One transition; ``responder`` is what the local responder says to the same action from the same state
-    (None: it defers to the WM), so every dataset measures the responder against the real env."""
-    q = wm_query_of(tracker, history, action)
-    return {"messages": [{"role": "system", "content": q.system_prompt},
-                         {"role": "user", "content": wm_user_message(q.state, q.action)},
+    (None: it defers to the WM), so every dataset measures the responder against the real env. ``conversation``
+    (the agent's, before this action): the row is in the paper's layout."""
+    if conversation is None:
+        q = wm_query_of(tracker, history, action)
+        system, user = q.system_prompt, wm_user_message(q.state, q.action)
+    else:
+        asked = [*conversation, {"role": "assistant", "content": agent.format_reply(action)}]
+        system = paper_prompt.system_prompt(scene.wm_system_prompt(), asked, action)
+        user = wm_user_message(paper_prompt.user_state(asked), action)
+    return {"messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": user},
                          {"role": "assistant", "content": observation}],
             "task_id": job.task_id, "task": job.family, "split": job.split, "floor_plan": scene.floor_plan,
             "episode": episode, "step": step, "source": source, "responder": respond(tracker, action)}
+
+
+def start_messages(observation: str, admissible: list[str]) -> list[dict[str, str]]:
+    """The agent's conversation before its first action (the system prompt and the welcome turn)."""
+    return [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
+            {"role": "user", "content": agent.user_turn(observation, admissible)}]
+
+
+def turn_messages(action: str, observation: str, admissible: list[str]) -> list[dict[str, str]]:
+    """One answered turn of the agent's conversation."""
+    return [{"role": "assistant", "content": agent.format_reply(action)},
+            {"role": "user", "content": agent.user_turn(observation, admissible)}]
 
 
 def rl_row(scene: Scene, job: Job, game_file: str, first_observation: str, admissible: list[str], expert_first: str,
            max_turns: int) -> dict[str, Any]:
     """An RL task row in the paper's format, plus ``task_id``, ``max_turns`` and ``sim_task``."""
     g = scene.goal
-    return {"messages": [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
-                         {"role": "user", "content": agent.user_turn(first_observation, admissible)}],
+    return {"messages": start_messages(first_observation, admissible),
             "game_file": game_file, "split": job.meta["game_split"], "task_type": g.task_type, "target_obj": g.target,
             "destination": g.destination, "mrecep": g.mrecep, "toggle_target": g.toggle,
             "wm_system_prompt": scene.wm_system_prompt(), "init_admissible": list(admissible),
@@ -193,28 +218,29 @@ class AlfWorldBuilder:
         if scene is None:
             raise ValueError(f"{job.task_id}: not a game of alfworld/build_games.py (no scene in its traj_data.json)")
         rng = random.Random(job.seed)
+        paper = getattr(config, "prompt_style", "scene") == "paper"
         rows: list[dict[str, Any]] = []
         reset = env.reset(job.task_id)
         tracker, history = Tracker.start(scene), []
         info, won = reset.info, False
-        demo = [{"role": "system", "content": agent.AGENT_SYSTEM_PROMPT},
-                {"role": "user", "content": agent.user_turn(reset.observation, info["admissible_commands"])}]
+        demo = start_messages(reset.observation, info["admissible_commands"])
         for step in range(config.max_steps):
             action = info["expert_action"] or "look"
             result = env.step(action)
             rows.append(_row(scene, tracker, history, action, result.observation, job, step, "expert",
-                             f"{job.task_id}/expert"))
+                             f"{job.task_id}/expert", demo if paper else None))
             tracker.observe(action, result.observation)
             history.append((action, result.observation))
-            demo += [{"role": "assistant", "content": agent.format_reply(action)},
-                     {"role": "user", "content": agent.user_turn(result.observation, result.info["admissible_commands"])}]
+            demo += turn_messages(action, result.observation, result.info["admissible_commands"])
             info = result.info
             if result.score >= 1.0:
                 won = True
                 break
         for k in range(config.explore_episodes):
-            info = env.reset(job.task_id).info
+            start = env.reset(job.task_id)
+            info = start.info
             tracker, history = Tracker.start(scene), []
+            conversation = start_messages(start.observation, info["admissible_commands"])
             for step in range(config.explore_steps):
                 u = rng.random()
                 if u < EXPERT_SHARE and info["expert_action"]:
@@ -225,9 +251,10 @@ class AlfWorldBuilder:
                     action, source = invalid_action(rng, scene, info["admissible_commands"]), "explore_invalid"
                 result = env.step(action)
                 rows.append(_row(scene, tracker, history, action, result.observation, job, step, source,
-                                 f"{job.task_id}/explore{k}"))
+                                 f"{job.task_id}/explore{k}", conversation if paper else None))
                 tracker.observe(action, result.observation)
                 history.append((action, result.observation))
+                conversation += turn_messages(action, result.observation, result.info["admissible_commands"])
                 info = result.info
                 if result.done:
                     break
