@@ -100,3 +100,23 @@ def test_a_focus_on_something_not_in_reach_is_refused_as_the_env_refuses_it(real
     old = EpisodeTracker(dataclasses.replace(task, room_objects={}))
     assert respond(old, "focus on crocodile") is None
     assert kind_words("the baby brown bear") == {"brown", "bear"} and kind_words("an egg") == set()
+
+
+def test_the_focus_rule_steps_back_where_unnamed_things_come_into_reach():
+    """Opening a container here or changing the inventory puts things in reach no text has named (a freezer's
+    ice): no answer then. "You move through the door to the X." moves the agent (the env's answer to "go to door")."""
+    from textwm.envs.sciworld.tracker import Task
+
+    kitchen = "This room is called the kitchen. In it, you see: \n\tthe agent\n\ta freezer. The freezer door is closed."
+    outside = "This outside location is called the outside. Here you see: \n\tthe agent\n\ta fountain"
+    task = Task(task_id="freeze_v0", task_description="Freeze water.", initial_observation=kitchen,
+                initial_inventory="In your inventory, you see:\n\tnothing", room_map={"kitchen": kitchen,
+                                                                                    "outside": outside},
+                room_objects={"kitchen": ["agent", "freezer"], "outside": ["agent", "fountain"]})
+    tracker = EpisodeTracker(task)
+    assert respond(tracker, "focus on ice") == NO_MATCH
+    tracker.observe("open freezer", "The freezer is now open.")
+    assert respond(tracker, "focus on ice") is None
+    tracker.observe("go to door", "You move through the door to the outside.")
+    assert tracker.room == "outside" and respond(tracker, "focus on fountain") is None
+    assert respond(tracker, "focus on ice") is None          # any change to the world may have changed the inventory

@@ -65,12 +65,14 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     toad"), the room's latest listing (or its start listing), the inventory, and every observation so far (an object
     the agent picked up or made was named when it happened). A target counts as named when one of its words that
     say what it is (not its life stage or an article: ``baby``, ``egg``, ``the``) is known, so a renamed life stage
-    or a partial name still goes to the world model. Tasks baked without the room's names get no answer.
+    or a partial name still goes to the world model. No answer in a room where the agent changed something or once
+    the inventory changed (an opened freezer's ice is in reach, unnamed), nor in tasks baked without the room's
+    names.
     """
     words = kind_words(target)
     names = tracker.task.room_objects.get(tracker.room)
-    if not words or names is None:
-        return None
+    if not words or names is None or tracker.room in tracker.changed_rooms or tracker.inventory_changed:
+        return None     # opening a fridge or picking up a pot puts unnamed things in reach
     known = set(_WORD_RE.findall(" ".join([*names, tracker.room_contents(), tracker.inventory_text,
                                              tracker.task.initial_inventory, tracker.task.initial_observation,
                                              *(o for _, o in tracker.history)]).lower()))

@@ -73,7 +73,7 @@ class Goals:
                    focus_targets=frozenset(d.get("focus_targets", ())), final_wait_ticks=d.get("final_wait_ticks"))
 
 
-_MOVE_RE = re.compile(r"^you (?:move|teleport) to the (.+)\.$")
+_MOVE_RE = re.compile(r"^you (?:move|teleport|move through the door) to the (.+)\.$")
 
 
 def milestone_text(observation: str) -> str:

@@ -90,7 +90,7 @@ class EpisodeTracker:
                 self.inventory_text = observation
             return
         self.ticks += 10 if a == "wait" else 1
-        for prefix in ("You teleport to the ", "You move to the "):
+        for prefix in ("You teleport to the ", "You move to the ", "You move through the door to the "):
             if observation.startswith(prefix) and observation.endswith("."):
                 room = observation[len(prefix):-1]
                 if room in ROOMS:
