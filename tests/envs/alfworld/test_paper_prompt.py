@@ -164,3 +164,44 @@ def test_a_paper_layout_build_writes_the_papers_query(games_root, tmp_path):
         assert len(conversation) == 2 + 2 * row["step"] + 1
         assert conversation[-1] == {"role": "assistant", "content": f"Action: {action}"}
         assert system == pp.system_prompt(rl[row["task_id"]]["wm_system_prompt"], conversation, action)
+
+
+def test_the_papers_lenient_reading_and_limits(monkeypatch):
+    """``ALFWORLD_LENIENT_ACTIONS=1``: ``put X in Y``, ``take X`` with no source, class-only names read as the game's
+    commands from the tracked state (off: the game's "Nothing happens."); the loop and nothing limits follow
+    ``ALFWORLD_LOOP_LIMIT`` / ``ALFWORLD_NOTHING_LIMIT``."""
+    from tests.envs.alfworld.conftest import make_scene
+    from textwm.envs.alfworld import reward
+    from textwm.envs.alfworld.lenient import canonical_action
+    from textwm.envs.alfworld.sim import AlfWorldEpisode
+    from textwm.envs.alfworld.tracker import Tracker
+
+    scene = make_scene()
+    start = next(r for r in scene.receptacles if any(w == r.name for w in scene.objects.values()))
+    obj = next(o for o, where in scene.objects.items() if where == start.name)
+    tracker = Tracker.start(scene)
+    tracker.apply(f"go to {start.name}")
+    cls = obj.rsplit(" ", 1)[0]
+    assert canonical_action(tracker, f"take {cls}") == f"take {obj} from {start.name}"
+    assert canonical_action(tracker, f"take the {obj}") == f"take {obj} from {start.name}"
+    assert canonical_action(tracker, f"take {obj} from elsewhere 1") == f"take {obj} from elsewhere 1"  # not here
+    tracker.apply(f"take {obj} from {start.name}")
+    assert canonical_action(tracker, f"put {cls} in/on {start.name}") == f"move {obj} to {start.name}"
+    assert canonical_action(tracker, f"put {obj}") == f"move {obj} to {start.name}"
+    assert canonical_action(tracker, "look") == "look"
+
+    strict, lenient = AlfWorldEpisode.start(scene), AlfWorldEpisode.start(scene, lenient=True)
+    for episode in (strict, lenient):
+        episode.observe(f"go to {start.name}", episode.local_answer(f"go to {start.name}"), "local")
+    assert strict.local_answer(f"take {cls}") == "Nothing happens."
+    assert lenient.local_answer(f"take {cls}") == f"You pick up the {obj} from the {start.name}."
+
+    nothing = ["Nothing happens."] * 3
+    assert not reward.episode_outcome(scene.goal, ["look", "inventory", "help"], nothing).done
+    monkeypatch.setenv("ALFWORLD_NOTHING_LIMIT", "3")
+    assert reward.episode_outcome(scene.goal, ["look", "inventory", "help"], nothing).reason == "stuck"
+    monkeypatch.setenv("ALFWORLD_LOOP_LIMIT", "2")
+    assert reward.loop_detected(["look", "look"])
+    monkeypatch.setenv("ALFWORLD_LOOP_LIMIT", "x")
+    with pytest.raises(ValueError, match="ALFWORLD_LOOP_LIMIT"):
+        reward.loop_detected(["look"])

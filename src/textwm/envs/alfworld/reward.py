@@ -22,6 +22,7 @@ R." (placed), "You clean / heat / cool the O using the T.", "You turn on the T."
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from textwm.envs.contract import Outcome
 NOTHING = "Nothing happens."
 REPEAT_LIMIT = 3
 NOTHING_STREAK_LIMIT = 4
+#: The paper's knobs of the two limits (its plugin and evaluation scripts read the same variables).
+REPEAT_LIMIT_ENV, NOTHING_LIMIT_ENV = "ALFWORLD_LOOP_LIMIT", "ALFWORLD_NOTHING_LIMIT"
 LOOP_WINDOW, LOOP_DISTINCT = 20, 3
 UNPARSEABLE_LIMIT = 1
 SUCCESS_SCORE = 1.0
@@ -100,10 +103,29 @@ def longest_run(flags: Sequence[bool]) -> int:
     return best
 
 
+def _limit(env_var: str, default: int) -> int:
+    raw = os.environ.get(env_var, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 2:
+        raise ValueError(f"${env_var}={raw!r}: an integer >= 2")
+    return int(raw)
+
+
+def repeat_limit() -> int:
+    """Same action this many times in a row ends the episode (``$ALFWORLD_LOOP_LIMIT``, default 3)."""
+    return _limit(REPEAT_LIMIT_ENV, REPEAT_LIMIT)
+
+
+def nothing_limit() -> int:
+    """This many "Nothing happens." in a row end the episode (``$ALFWORLD_NOTHING_LIMIT``, default 4)."""
+    return _limit(NOTHING_LIMIT_ENV, NOTHING_STREAK_LIMIT)
+
+
 def loop_detected(actions: Sequence[str]) -> bool:
-    """AAA, ABAB, or at most 3 distinct actions among the last 20."""
-    a = list(actions)
-    if len(a) >= REPEAT_LIMIT and len(set(a[-REPEAT_LIMIT:])) == 1:
+    """AAA (``repeat_limit()`` in a row), ABAB, or at most 3 distinct actions among the last 20."""
+    a, repeat = list(actions), repeat_limit()
+    if len(a) >= repeat and len(set(a[-repeat:])) == 1:
         return True
     if len(a) >= 4 and a[-1] == a[-3] and a[-2] == a[-4] and a[-1] != a[-2]:
         return True
@@ -113,10 +135,10 @@ def loop_detected(actions: Sequence[str]) -> bool:
 def penalty(actions: Sequence[str], observations: Sequence[str | None]) -> float:
     factor = 1.0
     same = longest_run([x == y for x, y in zip(actions[1:], actions[:-1])]) + 1  # the longest run of one action
-    if actions and same >= REPEAT_LIMIT:
+    if actions and same >= repeat_limit():
         factor *= 0.7
     nothing = [(o or "").strip() == NOTHING for o in observations]
-    if longest_run(nothing) >= NOTHING_STREAK_LIMIT:
+    if longest_run(nothing) >= nothing_limit():
         factor *= 0.6
     if actions:
         factor *= max(0.5, 1.0 - sum(nothing) / len(actions))
@@ -146,7 +168,7 @@ def episode_outcome(goal: Goal, actions: Sequence[str | None], observations: Seq
     reason = None  # an unparseable reply ends the episode by the turn rules (UNPARSEABLE_LIMIT), not here
     if loop_detected(stepped):
         reason = "loop"
-    elif longest_run([(o or "").strip() == NOTHING for o in seen[-NOTHING_STREAK_LIMIT:]]) >= NOTHING_STREAK_LIMIT:
+    elif longest_run([(o or "").strip() == NOTHING for o in seen[-nothing_limit():]]) >= nothing_limit():
         reason = "stuck"
     return Outcome(reason is not None, reason, credit, reward=reward)
 

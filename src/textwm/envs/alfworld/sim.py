@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textwm.envs.alfworld import agent, paper_prompt
+from textwm.envs.alfworld.lenient import canonical_action
 from textwm.envs.alfworld.responder import NOTHING_HAPPENS, respond
 from textwm.envs.alfworld.reward import episode_outcome
 from textwm.envs.alfworld.scene import Scene
@@ -75,15 +76,22 @@ class AlfWorldEpisode:
     layout: str = "scene"
     #: The agent's conversation so far (paper layout only: it is that layout's state).
     conversation: list[dict[str, str]] = field(default_factory=list)
+    #: Read commands as the paper's plugin did (:mod:`~textwm.envs.alfworld.lenient`): ``put X in Y``, ``take X``.
+    lenient: bool = False
 
     @classmethod
-    def start(cls, scene: Scene, messages: Sequence[Mapping[str, Any]] = (), layout: str = "scene") -> AlfWorldEpisode:
+    def start(cls, scene: Scene, messages: Sequence[Mapping[str, Any]] = (), layout: str = "scene",
+              lenient: bool = False) -> AlfWorldEpisode:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown ALFWorld WM prompt layout {layout!r}; use one of {', '.join(LAYOUTS)}")
         if layout == "paper" and not messages:
             raise ValueError("the paper's WM prompt needs the agent's start messages (its state is the conversation)")
         conversation = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
-        return cls(tracker=Tracker.start(scene), layout=layout, conversation=conversation if layout == "paper" else [])
+        return cls(tracker=Tracker.start(scene), layout=layout, conversation=conversation if layout == "paper" else [],
+                   lenient=lenient)
+
+    def _read(self, action: str) -> str:
+        return canonical_action(self.tracker, action) if self.lenient else action
 
     def history(self) -> list[tuple[str, str]]:
         return [(a, o) for a, o in zip(self.actions, self.observations) if a is not None and o is not None]
@@ -91,9 +99,10 @@ class AlfWorldEpisode:
     # --- SimEpisode protocol --------------------------------------------------------------------------
 
     def local_answer(self, action: str) -> str | None:
-        return respond(self.tracker, action)
+        return respond(self.tracker, self._read(action))
 
     def wm_query(self, action: str) -> WMQuery:
+        action = self._read(action)
         if self.layout == "paper":
             conversation = [*self.conversation, {"role": "assistant", "content": agent.format_reply(action)}]
             return WMQuery(system_prompt=paper_prompt.system_prompt(self.tracker.scene.wm_system_prompt(),
@@ -102,6 +111,7 @@ class AlfWorldEpisode:
         return wm_query_of(self.tracker, self.history(), action)
 
     def observe(self, action: str, observation: str, source: str) -> None:
+        action = self._read(action)
         self.tracker.observe(action, observation)
         self.actions.append(action)
         self.observations.append(observation)
@@ -127,10 +137,11 @@ class AlfWorldEpisode:
     def to_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.to_dict(), "actions": list(self.actions),
                 "observations": list(self.observations), "sources": list(self.sources), "layout": self.layout,
-                "conversation": list(self.conversation)}
+                "conversation": list(self.conversation), "lenient": self.lenient}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlfWorldEpisode:
         return cls(tracker=Tracker.from_dict(d["tracker"]), actions=list(d["actions"]),
                    observations=list(d["observations"]), sources=list(d["sources"]),
-                   layout=str(d.get("layout", "scene")), conversation=list(d.get("conversation", ())))
+                   layout=str(d.get("layout", "scene")), conversation=list(d.get("conversation", ())),
+                   lenient=bool(d.get("lenient", False)))

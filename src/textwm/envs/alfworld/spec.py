@@ -22,6 +22,7 @@ from typing import Any
 from textwm.data.jsonl import DataError
 from textwm.envs.alfworld import agent, reward
 from textwm.envs.alfworld.env import AlfWorldSessionConfig
+from textwm.envs.alfworld.lenient import lenient_enabled
 from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
 from textwm.envs.alfworld.rows import sim_task_of, task_id_from_game_file
 from textwm.envs.alfworld.scene import Scene
@@ -114,7 +115,8 @@ class AlfWorldSpec(EnvSpec):
 
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
         layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or "scene"
-        return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout)
+        return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout,
+                                     lenient=lenient_enabled())
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AlfWorldEpisode:
         return AlfWorldEpisode.from_dict(dict(data))
