@@ -164,6 +164,11 @@ def test_a_paper_layout_build_writes_the_papers_query(games_root, tmp_path):
         assert len(conversation) == 2 + 2 * row["step"] + 1
         assert conversation[-1] == {"role": "assistant", "content": f"Action: {action}"}
         assert system == pp.system_prompt(rl[row["task_id"]]["wm_system_prompt"], conversation, action)
+    # The rows' layout travels with their task: the simulator queries in it with no switch set.
+    from textwm.envs.registry import get_env
+
+    spec = get_env("alfworld")
+    assert all(spec.start_episode(spec.load_row(r, need_sim=True)).layout == "paper" for r in rl.values())
 
 
 def test_the_papers_lenient_reading_and_limits(monkeypatch):

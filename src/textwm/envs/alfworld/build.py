@@ -22,6 +22,7 @@ The expert episode also gives the RL task row (the paper's columns + ``task_id``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -259,6 +260,8 @@ class AlfWorldBuilder:
                 if result.done:
                     break
         game_file = str(Path(job.meta["root"]) / job.task_id / GAME_FILE)
+        if paper:
+            scene = dataclasses.replace(scene, wm_prompt="paper")   # the simulator queries as these rows are written
         rl = rl_row(scene, job, game_file, reset.observation, reset.info["admissible_commands"],
                     reset.info["expert_action"] or "look", config.max_turns)
         sft = {"messages": demo[:-1], "task_id": job.task_id, "game_file": game_file} if won else None

@@ -116,6 +116,9 @@ class Scene:
     origin: str = "generated"
     #: Notes on what a rebuild had to add (e.g. a target object a row did not locate).
     notes: list[str] = field(default_factory=list)
+    #: The WM prompt layout of the rows built with it (``scene`` or ``paper``): it travels with the task, so the
+    #: simulator queries the world model as its rows were written (``$ALFWORLD_WM_PROMPT`` overrides it).
+    wm_prompt: str = "scene"
 
     def __post_init__(self) -> None:
         names = [r.name for r in self.receptacles]

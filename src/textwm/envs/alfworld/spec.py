@@ -114,7 +114,7 @@ class AlfWorldSpec(EnvSpec):
         return reward.paper_reward(outcome, episode.get("last_reply"))
 
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
-        layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or "scene"
+        layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or start.sim_task.wm_prompt
         return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout,
                                      lenient=lenient_enabled())
 
