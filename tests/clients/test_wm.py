@@ -20,6 +20,14 @@ FAST = RetryPolicy(max_retries=2, backoff_s=0.01)
     ('"a JSON string"', "a JSON string"),
     ('{"observation": "a", "score": 3}', "a"),
     ('{"observation": "a", "output": "b"}', '{"observation": "a", "output": "b"}'),   # ambiguous: left as is
+    ("OBSERVATION: You move to the kitchen.", "You move to the kitchen."),
+    ("Observation:\nYou move to the kitchen.", "You move to the kitchen."),
+    ("Obsidian is here.", "Obsidian is here."),                                      # no label without a colon
+    ('[{"role": "assistant", "content": "You move to the kitchen."}]', "You move to the kitchen."),
+    ('[{"role": "assistant", "content": [{"type": "text", "text": "You see a lamp."}]}]', "You see a lamp."),
+    ('[{"type": "text", "text": "You see a lamp."}]', "You see a lamp."),
+    ('[{"app": "spotify", "username": "a"}]', '[{"app": "spotify", "username": "a"}]'),  # a tool's array stays
+    ("[]", "[]"),
 ])
 def test_unwrap_observation(raw, obs):
     assert unwrap_observation(raw) == obs

@@ -3,7 +3,8 @@
 Sync (:class:`WMClient`) and async (:class:`AsyncWMClient`) with the same rules as the OpenAI client:
 one deadline per prediction (``timeout_s``) across its retries, retries after connection errors and
 "busy" answers (429, 503) only, never after a read timeout. The reply is unwrapped into the observation
-text (think blocks and tool_response tags removed, JSON-wrapped replies opened); anything else
+text (think blocks, tool_response tags and an ``OBSERVATION:`` label removed, JSON-wrapped and chat-shaped
+replies opened); anything else
 raises a :class:`WMError` subclass that the caller must handle — never an empty observation.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +38,29 @@ class WMBadResponse(WMError):
     """The proxy answered, but with an error status, garbage, or an empty observation."""
 
 
+#: A label some world models put before the observation (``OBSERVATION: You move to the kitchen.``); the paper's
+#: plugins strip it. Only with its colon, so an observation that starts with such a word is kept.
+_LABEL_RE = re.compile(r"^(?:OBSERVATION|OBS|Response)\s*:\s*", re.IGNORECASE)
+
+
+def _chat_text(value: Any) -> str | None:
+    """The text of a chat-shaped JSON reply: ``[{"role": ..., "content": ...}]`` (its content, itself possibly a
+    list of parts) or ``[{"type": "text", "text": ...}]``; None for any other value (a tool's JSON array stays)."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], dict):
+        return None
+    first = value[0]
+    if "role" in first and isinstance(first.get("content"), str | list):
+        content = first["content"]
+        return content if isinstance(content, str) else _chat_text(content)
+    parts = [x for x in value if isinstance(x, dict) and x.get("type") == "text" and isinstance(x.get("text"), str)]
+    return parts[0]["text"] if parts else None
+
+
 def unwrap_observation(text: str) -> str:
-    """Observation text of a WM reply: tags stripped, a JSON string or a one-key wrapper opened."""
-    text = strip_tags(text)
+    """Observation text of a WM reply: tags and an ``OBSERVATION:`` label stripped, a JSON string, a one-key
+    wrapper or a chat-shaped list (``[{"role": "assistant", "content": ...}]``, as Qwen3.5 world models answer)
+    opened."""
+    text = _LABEL_RE.sub("", strip_tags(text))
     for _ in range(3):  # nested wrappers: {"output": "{\"observation\": ...}"}
         try:
             value = json.loads(text)
@@ -52,6 +74,10 @@ def unwrap_observation(text: str) -> str:
             if len(hits) == 1 and len(value) <= 2:
                 text = value[hits[0]].strip()
                 continue
+        chat = _chat_text(value)
+        if chat is not None:
+            text = _LABEL_RE.sub("", chat.strip())
+            continue
         return text
     return text
 
