@@ -265,15 +265,15 @@ def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
 
     comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
     assert stage2_section(comparison)[1] == (
-        "Not run yet: `agent/sft`, `agent/eval/sft`, `fidelity/convert/ar`, `probes/convert/ar`, "
-        "`fidelity/convert/sdar`, `probes/convert/sdar`, `grpo/convert/ar`, `agent/eval/grpo_convert_ar`, `grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, "
-        "`agent/paired`.\n")
+        "Not run yet: `agent/sft`, `agent/eval/sft`, `grpo/convert/ar`, `agent/eval/grpo_convert_ar`, "
+        "`grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, `agent/paired`, `fidelity/convert/ar`, "
+        "`probes/convert/ar`, `fidelity/convert/sdar`, `probes/convert/sdar`.\n")
     comparison.state["done"].update({
         "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},
         "agent/eval/sft": {"episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79],
                            "mean_score": 40.0, "agent_errors": 0, "env_errors": 0, "unparseable_replies": 0}})
     section = "\n".join(stage2_section(comparison))
-    assert "Not run yet: `fidelity/convert/ar`," in section and "| sft | none (before GRPO) | 3 | 1 |" in section
+    assert "Not run yet: `grpo/convert/ar`," in section and "| sft | none (before GRPO) | 3 | 1 |" in section
 
 
 def test_the_sampled_decode_rate_is_the_sampled_passes_together(tmp_path):

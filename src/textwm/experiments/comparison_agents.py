@@ -6,19 +6,19 @@ scored in the real env.
    some real success; with ``agent_sft_checkpoints`` > 1, ``agent/sft_stop`` picks the kept step to start from on
    the calibration rows (a seeded sample of the held-out rows, kept out of the final runs);
 2. ``agent/eval/sft``: that agent in the real env on the held-out task rows (``rl_test.jsonl``);
-3. for each world model of ``grpo_families``, served (native server + proxy): ``fidelity/<arm>``, the SFT agent
-   as the fixed agent in the real env, in the world model and replayed (Real / WM / W2R, CR = W2R / Real);
-   ``probes/<arm>``, the world model on the facts the held-out tasks turn on, against the real env
-   (:meth:`EnvSpec.probe_world_model`; ScienceWorld's lifespan tasks: does it list the animals outside, refuse
-   a focus on an absent one, accept the right one?);
-4. per GRPO run (each world model's, then ``real``'s, one per seed of ``grpo_seeds``): ``grpo/<arm>``, GRPO
+3. per GRPO run (each world model's, then ``real``'s, one per seed of ``grpo_seeds``): ``grpo/<arm>``, GRPO
    from the SFT agent with the env's plugin (the local responder first, the world model else; ``real``: every
    rollout in a real env server, the upper reference); ``agent/eval/<agent>``, the trained agent in the real
    env; ``calibration/<agent>``, its agents every ``calibration_every`` steps on the calibration rows;
-5. ``agent/paired``: every trained agent against the SFT agent on the same held-out tasks, pair by pair (exact
+4. ``agent/paired``: every trained agent against the SFT agent on the same held-out tasks, pair by pair (exact
    McNemar test, bootstrap interval on the difference; :mod:`textwm.eval.paired`), also written as
    ``stage2_summary.json`` (``{"env", "arms": {arm: {"episodes", "success_before", "success_after", "p_value",
-   "steps", "seeds", "per_seed"}}}``: counts summed over the seeds, the p-value a sign test over tasks).
+   "steps", "seeds", "per_seed"}}}``: counts summed over the seeds, the p-value a sign test over tasks);
+5. for each world model of ``grpo_families``, served (native server + proxy), last, so that a run cut short has
+   its GRPO results first: ``fidelity/<arm>``, the SFT agent as the fixed agent in the real env, in the world
+   model and replayed (Real / WM / W2R, CR = W2R / Real); ``probes/<arm>``, the world model on the facts the
+   held-out tasks turn on, against the real env (:meth:`EnvSpec.probe_world_model`; ScienceWorld's lifespan
+   tasks: does it list the animals outside, refuse a focus on an absent one, accept the right one?).
 
 Every real-env result carries its 95% Wilson interval over episodes. The world models are the scored arms
 of one regime: ``convert`` when it ran (the recipe the paper's models come from), else ``scratch``.
@@ -125,9 +125,6 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
         plan.append(("agent/sft_stop", lambda: choose_sft_stop(comparison)))
     plan.append(("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft")))
     arms = {arm.name: arm for arm in wm_arms(comparison)}
-    for arm in arms.values():
-        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
-                 (f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm))]
     if c.calibration_episodes and c.agent_sft_checkpoints <= 1:    # the start's point of every calibration curve
         plan.append(("calibration/sft", lambda: _calibration_run(comparison, sft_agent(comparison), "sft")))
     for agent in grpo_agents(comparison):
@@ -140,6 +137,10 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
         if c.calibration_episodes:
             plan.append((f"calibration/{agent.name}", lambda a=agent: calibration_curve(comparison, a)))
     plan.append(("agent/paired", lambda: paired_results(comparison)))
+    # The world models' diagnostics last: a run cut short (a GPU lease) has its GRPO results first.
+    for arm in arms.values():
+        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
+                 (f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm))]
     return plan
 
 
