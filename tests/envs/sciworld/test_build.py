@@ -78,6 +78,7 @@ def test_bundled_catalog_matches_the_installed_scienceworld():
     assert task_catalog() == live_task_catalog()
 
 
+@pytest.mark.slow
 def test_a_paper_layout_build_writes_the_papers_query_and_baked_prompt(tmp_path):
     """``--prompt-style paper``: each row is the query the paper's plugin would send at that step (its state the
     agent's conversation as JSON, its current action last) and the RL row carries the paper's baked prompt, which

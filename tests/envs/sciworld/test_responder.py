@@ -79,6 +79,7 @@ def test_a_look_that_named_another_room_does_not_break_the_next_look(real_env):
     assert respond(tracker, "look around") == task.room_map["workshop"]   # the workshop as the real env shows it
 
 
+@pytest.mark.slow
 def test_a_focus_on_something_not_in_reach_is_refused_as_the_env_refuses_it(real_env):
     """The lifespan task's animals live outside: from the kitchen a focus on one is refused, outside on an absent
     one too; the listed ones, their hidden names ("common toad" for "a frog egg") and partial names go to the
