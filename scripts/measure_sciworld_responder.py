@@ -30,9 +30,10 @@ from textwm.envs.sciworld.world import NO_MATCH, normalize_action
 
 
 def focus_candidates(task) -> list[str]:
-    """Objects named in any room's start listing, and the probe animals (most are absent from a given room)."""
+    """Objects named in any room's start listing or accepted there by the parser, and the probe animals (most are
+    absent from a given room)."""
     names = {name.split(" (")[0].split(",")[0] for text in task.room_map.values() for name in listed_objects(text)}
-    return sorted(names | set(ANIMAL_POOL))
+    return sorted(names | {n for room in task.room_objects.values() for n in room} | set(ANIMAL_POOL))
 
 
 def probe_focus(env, tracker, rng, candidates, n, stats, by_rule, bad, task_id) -> bool:
@@ -54,6 +55,27 @@ def probe_focus(env, tracker, rng, candidates, n, stats, by_rule, bad, task_id) 
     return True
 
 
+def probe_accepted_focus(env, task, rng, candidates, n, stats, by_rule, bad) -> None:
+    """At time 0, up to ``n`` focus actions the responder accepts (objects of the start listing, their other
+    names), each from a fresh reset of the real env, whose answer must be the same; the env is left reset at time 0
+    (gold path loaded)."""
+    tracker = EpisodeTracker(task)
+    accepted = [c for c in candidates if (respond(tracker, f"focus on {c}") or "").startswith("You focus on")]
+    for target in rng.sample(accepted, min(n, len(accepted))):
+        action = f"focus on {target}"
+        answer = respond(tracker, action)
+        env.reset(task.task_id, simplification=task.simplification)
+        observation = env.step(action).observation
+        stats["focus_accepted"] += 1
+        by_rule["focus"] += 1
+        if observation == answer:
+            stats["focus_accepted_agree"] += 1
+        else:
+            bad.append({"task_id": task.task_id, "action": action, "responder": answer, "env": observation,
+                        "history": []})
+    env.reset(task.task_id, simplification=task.simplification, gold_path=True)
+
+
 def run_worker(args):
     jobs, seed, focus_probes = args
     rng = random.Random(seed)
@@ -65,10 +87,12 @@ def run_worker(args):
         for task_id, kind in jobs:
             task = bake_task(env, task_id, gold_path=True)
             gold = env.gold_actions()
+            candidates = focus_candidates(task)
+            if focus_probes:
+                probe_accepted_focus(env, task, rng, candidates, focus_probes, stats, by_rule, bad)
             tracker = EpisodeTracker(task)
             actions = ((a, "gold") for a in gold) if kind == "gold" else episode_actions(
                 rng, env, tracker, gold, explore_steps=30)
-            candidates = focus_candidates(task)
             for action, _kind in actions:
                 if focus_probes and not probe_focus(env, tracker, rng, candidates, focus_probes, stats, by_rule,
                                                     bad, task_id):
@@ -129,7 +153,10 @@ def main() -> int:
     print("answered by first word:", dict(by_rule.most_common()))
     if args.focus_probes:
         print(f"focus probes refused: {stats['focus_refused']}, the env refused {stats['focus_agree']} of them")
-    ok = stats["agree"] == stats["answered"] and stats["focus_agree"] == stats["focus_refused"]
+        print(f"focus probes accepted at time 0: {stats['focus_accepted']}, the env gave the same answer to "
+              f"{stats['focus_accepted_agree']} of them")
+    ok = (stats["agree"] == stats["answered"] and stats["focus_agree"] == stats["focus_refused"]
+          and stats["focus_accepted_agree"] == stats["focus_accepted"])
     return 0 if ok else 1
 
 

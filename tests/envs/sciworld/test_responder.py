@@ -121,3 +121,30 @@ def test_the_focus_rule_steps_back_where_unnamed_things_come_into_reach():
     tracker.observe("go to door", "You move through the door to the outside.")
     assert tracker.room == "outside" and respond(tracker, "focus on fountain") is None
     assert respond(tracker, "focus on ice") is None          # any change to the world may have changed the inventory
+
+
+def test_a_focus_on_a_listed_object_at_the_start_is_answered_as_the_env_names_it():
+    """In the start room at time 0 (the start listing is the env's own), a focus whose words fit exactly one
+    listed object is accepted with the listing's name; a fit to two objects, a substance, or any time passed: no
+    answer (the world model's)."""
+    from textwm.envs.sciworld.tracker import Task
+
+    outside = ("This outside location is called the outside. Here you see: \n\tthe agent\n\ta substance called air\n"
+               "\ta parrot egg\n\ta baby brown bear\n\ta brown bear egg\n\ta fire pit (containing nothing)\n"
+               "\ta toilet. In the toilet is: a drain.\nYou also see:\n\tA door to the kitchen (that is open)")
+    task = Task(task_id="lifespan-longest-lived_v0", task_description="Find the longest-lived animal.",
+                initial_observation=outside, initial_inventory="In your inventory, you see:\n\tnothing",
+                room_map={"outside": outside},
+                room_objects={"outside": ["agent", "air", "egg parrot", "baby brown bear", "egg brown bear",
+                                          "fire pit", "toilet"]})
+    tracker = EpisodeTracker(task)
+    assert respond(tracker, "focus on egg parrot") == "You focus on the parrot egg."
+    assert respond(tracker, "focus on parrot") == "You focus on the parrot egg."
+    assert respond(tracker, "focus on baby parrot") is None          # another life stage: the env may refuse it
+    assert respond(tracker, "focus on fire pit") == "You focus on the fire pit."
+    assert respond(tracker, "focus on toilet") == "You focus on the toilet."
+    assert respond(tracker, "focus on brown bear") is None           # two listed objects fit
+    assert respond(tracker, "focus on air") is None                  # a substance
+    assert respond(tracker, "focus on crocodile") == NO_MATCH
+    tracker.observe("wait1", "You decide to wait for 1 iterations.")
+    assert respond(tracker, "focus on egg parrot") is None           # time passed: an egg may have hatched

@@ -22,7 +22,8 @@ from textwm.envs.sciworld.world import (
 
 FOCUS = "focus on "
 #: Words that do not say what an object is: articles and life stages (an egg hatches into a baby of its kind).
-NOT_KIND_WORDS = frozenset({"a", "an", "the", "some", "of", "baby", "adult", "juvenile", "young", "egg", "eggs"})
+ARTICLES = frozenset({"a", "an", "the", "some", "of"})
+NOT_KIND_WORDS = ARTICLES | {"baby", "adult", "juvenile", "young", "egg", "eggs"}
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 WAIT_TEXT = {"wait": "You decide to wait for 10 iterations.", "wait1": "You decide to wait for 1 iterations."}
@@ -59,7 +60,8 @@ def respond(tracker: EpisodeTracker, action: str) -> str | None:
 
 def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     """A focus on something nothing known of the episode names is refused, as the env refuses a focus on an object
-    that is not here or in the inventory; any other focus is left to the world model.
+    that is not here or in the inventory; one on an object of the start listing, at the start, is accepted (below);
+    any other focus is left to the world model.
 
     Known: the names the parser accepted in this room at the start (a listing's "frog egg" is also a "common
     toad"), the room's latest listing (or its start listing), the inventory, and every observation so far (an object
@@ -68,6 +70,11 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     or a partial name still goes to the world model. No answer in a room where the agent changed something or once
     the inventory changed (an opened freezer's ice is in reach, unnamed), nor in tasks baked without the room's
     names.
+
+    A focus on an object the room's listing shows is accepted as the env accepts it, naming the object as the
+    listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object has
+    every word of the target (life stages included), the agent is in the start room and no time has passed (the
+    start listing is the env's own); else the world model answers.
     """
     words = kind_words(target)
     names = tracker.task.room_objects.get(tracker.room)
@@ -76,12 +83,42 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     known = set(_WORD_RE.findall(" ".join([*names, tracker.room_contents(), tracker.inventory_text,
                                              tracker.task.initial_inventory, tracker.task.initial_observation,
                                              *(o for _, o in tracker.history)]).lower()))
-    return None if words & known else NO_MATCH
+    if not words & known:
+        return NO_MATCH
+    listed = _listing_now(tracker)
+    if listed is None:
+        return None
+    said = _words(target) - ARTICLES          # life stages count here: "baby parrot" is not "the parrot egg"
+    matches = [name for name in listed if said <= _words(name)]
+    return f"You focus on the {matches[0]}." if len(matches) == 1 else None
+
+
+def _listing_now(tracker: EpisodeTracker) -> list[str] | None:
+    """The objects of the start listing while the agent is in the start room and no time has passed (animals grow
+    up: an egg's name changes with time; and a later listing may be the world model's), else None. Substances and
+    the agent are left out."""
+    if tracker.ticks or tracker.room != tracker.task.start_room:
+        return None
+    text = tracker.task.initial_observation.split("You also see:", 1)[0]
+    if "you see:" not in text:
+        return None
+    names = []
+    for line in text.split("you see:", 1)[1].splitlines():
+        # "a toilet. In the toilet is: a drain." -> "toilet"; "a fire pit (containing nothing)" -> "fire pit"
+        item = re.sub(r"^(?:an?|the)\s+", "", line.strip(), flags=re.IGNORECASE)
+        item = re.split(r" \(|, |\. ", item, maxsplit=1)[0].rstrip(".")
+        if item and line.startswith(("\t", " ")) and not item.startswith(("substance called", "agent")):
+            names.append(item.lower())
+    return names
 
 
 def kind_words(name: str) -> set[str]:
     """The words of an object's name that say what it is: ``"the baby brown bear"`` -> ``{"brown", "bear"}``."""
-    return set(_WORD_RE.findall(name.lower())) - NOT_KIND_WORDS
+    return _words(name) - NOT_KIND_WORDS
+
+
+def _words(name: str) -> set[str]:
+    return set(_WORD_RE.findall(name.lower()))
 
 
 def _simplifications(tracker: EpisodeTracker) -> set[str]:
