@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.serving.scripted_http import ScriptedServer
-from textwm.rl.swift_adapters import trajectory_log_path
+from textwm.rl.trajectory_log import trajectory_log_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

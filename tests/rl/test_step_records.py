@@ -18,7 +18,7 @@ def _log(step: int, reward: float, **extra) -> dict:
 
 
 def _batch(trainer_step: int, groups: int, flat: int) -> dict:
-    """A reward_batches.jsonl line of the plugin (textwm.rl.swift_adapters.batch_record)."""
+    """A reward_batches.jsonl line of the plugin (textwm.rl.trajectory_log.batch_record)."""
     return {"time": 1.0, "step": trainer_step, "episodes": 2 * groups, "groups": groups,
             "zero_spread_groups": flat, "mean_reward": 0.5, "successes": 1}
 

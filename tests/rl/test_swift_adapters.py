@@ -18,14 +18,8 @@ from textwm.envs.contract import Outcome
 from textwm.envs.episode import FEEDBACK
 from textwm.envs.sciworld.agent import rl_row
 from textwm.envs.sciworld.tracker import Task
-from textwm.rl.swift_adapters import (
-    STATE_KEY,
-    TrajectoryLog,
-    WMSettings,
-    make_reward_class,
-    make_scheduler_class,
-    trajectory_log_path,
-)
+from textwm.rl.swift_adapters import STATE_KEY, WMSettings, make_reward_class, make_scheduler_class
+from textwm.rl.trajectory_log import TrajectoryLog, trajectory_log_path
 
 protocol = pytest.importorskip("swift.infer_engine.protocol", reason="ms-swift is in the [rl] extra")
 SPEC = get_env("sciworld")

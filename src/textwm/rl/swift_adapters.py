@@ -53,16 +53,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fcntl
-import json
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from textwm._optional import require
@@ -90,19 +87,13 @@ from textwm.rl.real_rollouts import (
     rollout_env,
 )
 from textwm.rl.replay import EnvReplayer, ReplayEpisode, ReplayResult, replayer_from_env
+from textwm.rl.trajectory_log import BATCH_LOG_NAME, TrajectoryLog, batch_record, trajectory_log_path
 
 log = logging.getLogger(__name__)
 
 
 #: Key of the episode state in ``RolloutInferRequest.data_dict``.
 STATE_KEY = "textwm_episode"
-#: Env var naming the trajectory log file (default: ``<output_dir>/trajectories.jsonl``).
-TRAJECTORY_LOG_ENV = "TEXTWM_TRAJECTORY_LOG"
-#: The paper's name of the same switch (its alfworld/appworld plugins and run scripts read ``TRAJECTORY_LOG``).
-PAPER_TRAJECTORY_LOG_ENV = "TRAJECTORY_LOG"
-TRAJECTORY_LOG_NAME = "trajectories.jsonl"
-#: Where the log goes when neither the env var nor the trainer's output_dir is known.
-FALLBACK_TRAJECTORY_LOG = Path("runs") / TRAJECTORY_LOG_NAME
 #: The world model's temperature in rollouts unless ``WM_TEMPERATURE`` says otherwise.
 DEFAULT_WM_TEMPERATURE = 0.7
 
@@ -345,42 +336,7 @@ class EpisodeDriver:
                 "reward_context": state["reward_context"]}
 
 
-# --- trajectory log ------------------------------------------------------------------------------------
-
-def trajectory_log_path(args: Any = None, environ: Mapping[str, str] | None = None) -> Path:
-    """``$TEXTWM_TRAJECTORY_LOG`` (or the paper's ``$TRAJECTORY_LOG``),
-    else ``<trainer output_dir>/trajectories.jsonl``, else ``runs/trajectories.jsonl``."""
-    environ = os.environ if environ is None else environ
-    for name in (TRAJECTORY_LOG_ENV, PAPER_TRAJECTORY_LOG_ENV):
-        if environ.get(name, "").strip():
-            return Path(environ[name].strip())
-    output_dir = getattr(args, "output_dir", None)
-    if output_dir:
-        return Path(output_dir) / TRAJECTORY_LOG_NAME
-    return FALLBACK_TRAJECTORY_LOG
-
-
-class TrajectoryLog:
-    """Append-only JSONL; every line is written whole under an exclusive lock, so ranks can share a file."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-
-    def append(self, records: Iterable[Mapping[str, Any]]) -> None:
-        lines = [(json.dumps(r, ensure_ascii=False) + "\n").encode() for r in records]
-        if not lines:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            for line in lines:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)  # releases the lock
-
+# --- reward rule ---------------------------------------------------------------------------------------
 
 #: ``ours`` (default: :meth:`EnvSpec.reward`) or ``paper`` (:meth:`EnvSpec.paper_reward`).
 REWARD_RULE_VAR = "TEXTWM_REWARD"
@@ -397,23 +353,6 @@ def reward_rule(spec: EnvSpec, environ: Mapping[str, str] | None = None) -> str:
         raise ValueError(f"${REWARD_RULE_VAR}=paper: the paper's reward rule is not written for {spec.name} yet; "
                          "use ours")
     return rule
-
-
-#: One line per rewarded batch (every generation round, dynamic sampling's resamples included), beside the
-#: trajectory log: how many GRPO groups had no reward spread, hence no gradient.
-BATCH_LOG_NAME = "reward_batches.jsonl"
-
-
-def batch_record(step: Any, records: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """A rewarded batch: episodes, groups (by ``prompt_id``), groups whose rewards are all equal, mean reward."""
-    groups: dict[Any, list[float]] = {}
-    for i, r in enumerate(records):
-        groups.setdefault(r.get("prompt_id") or f"#{i}", []).append(r["reward"])     # no id: its own group
-    flat = sum(1 for rewards in groups.values() if len(rewards) > 1 and max(rewards) == min(rewards))
-    rewards = [r["reward"] for r in records]
-    return {"time": round(time.time(), 3), "step": step, "episodes": len(records), "groups": len(groups),
-            "zero_spread_groups": flat, "mean_reward": round(sum(rewards) / max(1, len(rewards)), 4),
-            "successes": sum((r.get("outcome") or {}).get("reason") == "success" for r in records)}
 
 
 def _at(values: Any, i: int) -> Any:
