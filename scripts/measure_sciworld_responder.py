@@ -23,7 +23,7 @@ from pathlib import Path
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.envs.sciworld.explore import episode_actions
 from textwm.envs.sciworld.probes import ANIMAL_POOL, listed_objects
-from textwm.envs.sciworld.responder import respond
+from textwm.envs.sciworld.responder import LISTING_FRESH_TICKS, respond
 from textwm.envs.sciworld.tasks import bake_task
 from textwm.envs.sciworld.tracker import EpisodeTracker
 from textwm.envs.sciworld.world import NO_MATCH, normalize_action
@@ -56,15 +56,20 @@ def probe_focus(env, tracker, rng, candidates, n, stats, by_rule, bad, task_id) 
 
 
 def probe_accepted_focus(env, task, rng, candidates, n, stats, by_rule, bad) -> None:
-    """At time 0, up to ``n`` focus actions the responder accepts (objects of the start listing, their other
-    names), each from a fresh reset of the real env, whose answer must be the same; the env is left reset at time 0
-    (gold path loaded)."""
+    """Up to ``n`` focus actions the responder accepts at the start (objects of the start listing, their other
+    names), each from a fresh reset of the real env after 0 to LISTING_FRESH_TICKS waits, whose answer must be the
+    same; the env is left reset at time 0 (gold path loaded)."""
     tracker = EpisodeTracker(task)
     accepted = [c for c in candidates if (respond(tracker, f"focus on {c}") or "").startswith("You focus on")]
     for target in rng.sample(accepted, min(n, len(accepted))):
         action = f"focus on {target}"
-        answer = respond(tracker, action)
         env.reset(task.task_id, simplification=task.simplification)
+        tracker = EpisodeTracker(task)
+        for _ in range(rng.randint(0, LISTING_FRESH_TICKS)):     # time passing, up to what the rule allows
+            tracker.observe("wait1", env.step("wait1").observation)
+        answer = respond(tracker, action)
+        if answer is None or not answer.startswith("You focus on"):
+            continue
         observation = env.step(action).observation
         stats["focus_accepted"] += 1
         by_rule["focus"] += 1
@@ -153,7 +158,7 @@ def main() -> int:
     print("answered by first word:", dict(by_rule.most_common()))
     if args.focus_probes:
         print(f"focus probes refused: {stats['focus_refused']}, the env refused {stats['focus_agree']} of them")
-        print(f"focus probes accepted at time 0: {stats['focus_accepted']}, the env gave the same answer to "
+        print(f"focus probes accepted at the start: {stats['focus_accepted']}, the env gave the same answer to "
               f"{stats['focus_accepted_agree']} of them")
     ok = (stats["agree"] == stats["answered"] and stats["focus_agree"] == stats["focus_refused"]
           and stats["focus_accepted_agree"] == stats["focus_accepted"])

@@ -73,8 +73,8 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
 
     A focus on an object the room's listing shows is accepted as the env accepts it, naming the object as the
     listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object has
-    every word of the target (life stages included), the agent is in the start room and no time has passed (the
-    start listing is the env's own); else the world model answers.
+    every word of the target (life stages included), the agent is in the start room and few ticks have passed (the
+    start listing is the env's own, and names change as animals grow); else the world model answers.
     """
     words = kind_words(target)
     names = tracker.task.room_objects.get(tracker.room)
@@ -93,11 +93,16 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     return f"You focus on the {matches[0]}." if len(matches) == 1 else None
 
 
+#: Ticks the start listing's names stay the env's: animals change life stage (an egg's name with it) at ~11 ticks
+#: in every lifespan task measured (30 variations, `wait1` after `teleport to outside`); a margin kept.
+LISTING_FRESH_TICKS = 8
+
+
 def _listing_now(tracker: EpisodeTracker) -> list[str] | None:
-    """The objects of the start listing while the agent is in the start room and no time has passed (animals grow
-    up: an egg's name changes with time; and a later listing may be the world model's), else None. Substances and
-    the agent are left out."""
-    if tracker.ticks or tracker.room != tracker.task.start_room:
+    """The objects of the start listing while the agent is in the start room and at most
+    :data:`LISTING_FRESH_TICKS` have passed (later, animals grow up and their names change; and a later listing may
+    be the world model's), else None. Substances and the agent are left out."""
+    if tracker.ticks > LISTING_FRESH_TICKS or tracker.room != tracker.task.start_room:
         return None
     text = tracker.task.initial_observation.split("You also see:", 1)[0]
     if "you see:" not in text:
