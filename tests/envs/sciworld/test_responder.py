@@ -154,3 +154,6 @@ def test_a_focus_on_a_listed_object_at_the_start_is_answered_as_the_env_names_it
     tracker = EpisodeTracker(task)
     tracker.observe("teleport to kitchen", "You teleport to the kitchen.")
     assert respond(tracker, "focus on egg parrot") is None   # not the start room; and named at the start: not refused
+    tracker = EpisodeTracker(task)
+    tracker.observe("open door to kitchen", "The door is now open.")       # a door changes nothing in reach
+    assert respond(tracker, "focus on egg parrot") == "You focus on the parrot egg."

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from textwm.envs.sciworld.tracker import EpisodeTracker
+from textwm.envs.sciworld.tracker import NON_MUTATING_VERBS, EpisodeTracker
 from textwm.envs.sciworld.world import (
     DYNAMIC_ROOMS,
     NO_MATCH,
@@ -67,8 +67,8 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     toad"), the room's latest listing (or its start listing), the inventory, and every observation so far (an object
     the agent picked up or made was named when it happened). A target counts as named when one of its words that
     say what it is (not its life stage or an article: ``baby``, ``egg``, ``the``) is known, so a renamed life stage
-    or a partial name still goes to the world model. No answer in a room where the agent changed something or once
-    the inventory changed (an opened freezer's ice is in reach, unnamed), nor in tasks baked without the room's
+    or a partial name still goes to the world model. No answer once the agent did anything but move, look, wait or
+    open and close doors (an opened freezer's ice is in reach, unnamed), nor in tasks baked without the room's
     names.
 
     A focus on an object the room's listing shows is accepted as the env accepts it, naming the object as the
@@ -78,7 +78,7 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     """
     words = kind_words(target)
     names = tracker.task.room_objects.get(tracker.room)
-    if not words or names is None or tracker.room in tracker.changed_rooms or tracker.inventory_changed:
+    if not words or names is None or _objects_may_have_changed(tracker):
         return None     # opening a fridge or picking up a pot puts unnamed things in reach
     known = set(_WORD_RE.findall(" ".join([*names, tracker.room_contents(), tracker.inventory_text,
                                              tracker.task.initial_inventory, tracker.task.initial_observation,
@@ -96,6 +96,19 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
 #: Ticks the start listing's names stay the env's: animals change life stage (an egg's name with it) at ~11 ticks
 #: in every lifespan task measured (30 variations, `wait1` after `teleport to outside`); a margin kept.
 LISTING_FRESH_TICKS = 8
+
+
+def _objects_may_have_changed(tracker: EpisodeTracker) -> bool:
+    """Has the agent done anything that can change what is in reach, opening and closing doors aside?"""
+    for action, observation in tracker.history:
+        a = normalize_action(action)
+        verb = a.split(" ", 1)[0] if a else ""
+        if observation == NO_MATCH or verb in NON_MUTATING_VERBS:
+            continue
+        if verb in ("open", "close") and a.split(" ", 1)[1].startswith("door"):
+            continue
+        return True
+    return False
 
 
 def _listing_now(tracker: EpisodeTracker) -> list[str] | None:
