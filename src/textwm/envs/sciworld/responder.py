@@ -23,7 +23,8 @@ from textwm.envs.sciworld.world import (
 FOCUS = "focus on "
 #: Words that do not say what an object is: articles and life stages (an egg hatches into a baby of its kind).
 ARTICLES = frozenset({"a", "an", "the", "some", "of"})
-NOT_KIND_WORDS = ARTICLES | {"baby", "adult", "juvenile", "young", "egg", "eggs"}
+STAGE_WORDS = frozenset({"baby", "adult", "juvenile", "young", "egg", "eggs", "hatchling"})
+NOT_KIND_WORDS = ARTICLES | STAGE_WORDS
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 WAIT_TEXT = {"wait": "You decide to wait for 10 iterations.", "wait1": "You decide to wait for 1 iterations."}
@@ -72,8 +73,8 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     names.
 
     A focus on an object the room's listing shows is accepted as the env accepts it, naming the object as the
-    listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object has
-    every word of the target (life stages included), the agent is in the start room and few ticks have passed (the
+    listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object's
+    name is the target's words, give or take its life stage, the agent is in the start room and few ticks have passed (the
     start listing is the env's own, and names change as animals grow); else the world model answers.
     """
     words = kind_words(target)
@@ -88,8 +89,11 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     listed = _listing_now(tracker)
     if listed is None:
         return None
-    said = _words(target) - ARTICLES          # life stages count here: "baby parrot" is not "the parrot egg"
-    matches = [name for name in listed if said <= _words(name)]
+    said = _words(target) - ARTICLES
+    # The listed name's words, or those and a life stage ("crocodile" names "the crocodile egg"); a stage that is
+    # said must be the listed one ("baby parrot" is not "the parrot egg"), and any other extra word means another
+    # object ("book" is not "the book shelf": the env takes a book on the shelf).
+    matches = [name for name in listed if said <= _words(name) and _words(name) - said <= STAGE_WORDS]
     return f"You focus on the {matches[0]}." if len(matches) == 1 else None
 
 
@@ -125,8 +129,8 @@ def _listing_now(tracker: EpisodeTracker) -> list[str] | None:
         # "a toilet. In the toilet is: a drain." -> "toilet"; "a fire pit (containing nothing)" -> "fire pit"
         item = re.sub(r"^(?:an?|the)\s+", "", line.strip(), flags=re.IGNORECASE)
         item = re.split(r" \(|, |\. ", item, maxsplit=1)[0].rstrip(".")
-        if item and line.startswith(("\t", " ")) and not item.startswith(("substance called", "agent")):
-            names.append(item.lower())
+        if item and line.startswith(("\t", " ")) and not item.lower().startswith(("substance called", "agent")):
+            names.append(item)         # as listed: the env's answer keeps its case ("unknown substance B")
     return names
 
 
