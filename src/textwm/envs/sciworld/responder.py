@@ -73,9 +73,9 @@ def _focus(tracker: EpisodeTracker, target: str) -> str | None:
     names.
 
     A focus on an object the room's listing shows is accepted as the env accepts it, naming the object as the
-    listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object's
-    name is the target's words, give or take its life stage, the agent is in the start room and few ticks have passed (the
-    start listing is the env's own, and names change as animals grow); else the world model answers.
+    listing does ("focus on egg parrot" -> "You focus on the parrot egg."), when exactly one listed object's name
+    is the target's words give or take its life stage, the agent is in the start room and few ticks have passed
+    (the start listing is the env's own, and names change as animals grow); else the world model answers.
     """
     words = kind_words(target)
     names = tracker.task.room_objects.get(tracker.room)
