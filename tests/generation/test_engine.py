@@ -122,6 +122,14 @@ def test_wedlm(wedlm, prompts, window, threshold, penalty):
     assert_engine_equals_reference(wedlm, prompts, settings, gen_lengths=[11, 4, 13, 1, 9, 20, 7, 16])
 
 
+def test_wedlm_the_last_window_of_a_longer_budget(wedlm, prompts):
+    """The paper's settings (window 16, threshold 0.6, penalty 0.02) over 40 tokens: the engine's window is not
+    shrunk to the tokens left either (test_wedlm_decoder.py ``test_the_last_window_of_a_longer_budget_as_upstream``)."""
+    settings = DecodeSettings(gen_length=40, temperature=0, window_size=16, entropy_threshold=0.6,
+                              position_penalty=0.02)
+    assert_engine_equals_reference(wedlm, prompts, settings, gen_lengths=[40, 40, 40, 40, 40, 40, 40, 17])
+
+
 def test_wedlm_stop_id_mid_window(wedlm, prompts):
     settings = DecodeSettings(gen_length=20, temperature=0, window_size=4, entropy_threshold=100.0,
                               position_penalty=0.0)

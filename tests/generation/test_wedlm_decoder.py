@@ -8,11 +8,12 @@ import torch
 
 from tests.generation.wedlm_upstream import port_for, sharpen_head, upstream_generate
 from textwm.config import ConfigCLI
+from textwm.generation.base import Generation
 from textwm.generation.decoders import make_decoder
 from textwm.generation.runner import EvalGenerateConfig
 from textwm.generation.sampling import logits_entropy
 from textwm.generation.settings import DecodeSettings
-from textwm.generation.wedlm import WeDLMDecoder, positions_to_fill
+from textwm.generation.wedlm import WeDLMDecoder, commit_run, positions_to_fill
 from textwm.models.checkpoint import CheckpointError, ModelSpec, load_model
 
 
@@ -113,6 +114,45 @@ def test_the_budget_only_cuts_the_output(wedlm, prompts):
         for n in (2, window - 1, window):
             short = dec.generate(prompts, settings_for(window, threshold, penalty, gen_length=n))
             assert [g.token_ids for g in short] == [g.token_ids[:n] for g in long]
+
+
+#: wedlm/eval_generate.py's defaults (the paper's WeDLM settings): greedy, window 16, threshold 0.6, penalty 0.02.
+PAPER = dict(window=16, threshold=0.6, penalty=0.02)
+
+
+def test_the_last_window_of_a_longer_budget_as_upstream(wedlm, prompts):
+    """End of the budget, upstream's rule (``wedlm_decoder.py``: the window starts as ``min(W, kv_budget)`` masks and
+    each refill appends ``min(run, kv_budget)``, ``kv_budget`` being free cache memory, never the tokens left;
+    ``_process_pruned_tokens`` ends the row once ``max_tokens`` are committed): with 40 tokens and a window of 16 the
+    last forwards still carry masks past token 40, which take part in the fill choice; what the budget does is cut
+    the committed run. Nothing still masked or filled past the leading run is committed at the limit.
+
+    At the paper's settings one mask is filled a step, the lowest entropy + 0.02 * distance, so a mask past the budget
+    can win the step: with the window shrunk to the tokens left, prompt 5 differs from token 30 on (and spends 42
+    forwards, not 45)."""
+    settings = settings_for(PAPER["window"], PAPER["threshold"], PAPER["penalty"], gen_length=40)
+    dec = WeDLMDecoder(wedlm.model, wedlm.spec)
+    batched = dec.generate(prompts, settings)
+    assert [outcome(g) for g in batched] == [port(wedlm, p, settings) for p in prompts]
+    assert [outcome(dec.generate([p], settings)[0]) for p in prompts] == [outcome(g) for g in batched]
+    assert all(len(g.token_ids) == 40 and g.finish_reason == "length" for g in batched)
+    assert batched[5].num_forwards == 45
+    longer = dec.generate(prompts, settings_for(PAPER["window"], PAPER["threshold"], PAPER["penalty"], gen_length=56))
+    assert [g.token_ids for g in batched] == [g.token_ids[:40] for g in longer]
+
+
+def test_commit_at_the_budget_and_at_a_stop_id():
+    """``_process_pruned_tokens`` + ``Scheduler.postprocess`` on one committed run, hand-computed (stop id 9)."""
+    def commit(run, budget, before=()):
+        g = Generation(token_ids=list(before), finish_reason="length")
+        return commit_run(g, run, budget, {9}), g.token_ids, g.finish_reason
+
+    assert commit([1, 2, 3], 5, before=[7]) == (False, [7, 1, 2, 3], "length")    # under the budget: all of it
+    assert commit([1, 2, 3, 4], 3) == (True, [1, 2, 3], "length")                   # the run past the budget is cut
+    assert commit([1, 2, 3, 9], 3) == (True, [1, 2, 3], "length")                   # a stop id past the budget: unseen
+    assert commit([1, 9, 3, 4], 3) == (True, [1], "stop")        # a stop id ends the row; what follows it is dropped
+    assert commit([1, 2, 9], 3) == (True, [1, 2], "stop")        # the budget-th token a stop id: "stop" (upstream
+    #                                                              returns the 3 ids, the stop id last)
 
 
 def test_a_stop_id_reached_mid_window(wedlm, prompts):
