@@ -17,6 +17,7 @@ arrival listed under a name without its number ("On the stoveburner, you see ...
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -200,8 +201,10 @@ def room_state(baked: str, conversation: Sequence[Mapping[str, Any]]) -> RoomSta
     return state
 
 
+@functools.cache
 def rules_text() -> str:
-    """The paper's DOMAIN RULES and STEERING DIRECTIVES, verbatim, with the blank line that ends them."""
+    """The paper's DOMAIN RULES and STEERING DIRECTIVES, verbatim, with the blank line that ends them (read once:
+    every world-model query carries them)."""
     return files("textwm.envs.alfworld").joinpath("paper_rules.txt").read_text(encoding="utf-8")
 
 
