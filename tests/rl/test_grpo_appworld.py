@@ -3,7 +3,8 @@
 Fast: every run script refuses a missing DATA file by name. Slow: hand-written rows in the paper's format (the
 world is in the row: no app runs), a tiny random Qwen3 agent first fine-tuned by run_lfm25_sft_grpo_v2.sh on a
 demo (so that its replies parse as tool calls), then two GRPO steps inside a tiny random SDAR world model on the
-native server behind the WM proxy, with APPWORLD_WM_GUARD=0 (every call to the world model).
+native server behind the WM proxy, with APPWORLD_WM_GUARD=0 (every call to the world model) and the queries in the
+paper's layout (APPWORLD_WM_PROMPT=paper; the demo's GRPO runs ours).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def test_sft_then_grpo_inside_the_world_model(tmp_path):
     with stack.wm_stack(wm_rows, tmp_path / "stack") as wm:
         res = stack.run_script("appworld", "run_lfm25_sft_grpo_v2.sh", "--max_steps", "2", env={
             **stack.TINY_GRPO, "MODEL_PATH": str(agent), "WM_ENDPOINT": wm, "APPWORLD_WM_GUARD": "0",
+            "APPWORLD_WM_PROMPT": "paper",
             "SFT_DATA": str(demos), "SFT_OUTPUT_DIR": str(tmp_path / "sft"), "SFT_LR": "3e-3", "SFT_EPOCHS": "100", "LR_SCHED": "constant",
             "SFT_ARGS": "--save_only_model true", "GRAD_ACCUM_STEPS": "1",
             "DATA": str(data), "OUTPUT_DIR": str(out), "NUM_GPUS": "0", "DEEPSPEED": "", "MAX_LENGTH": "4096",

@@ -57,6 +57,14 @@ def guard_enabled(env_var: str) -> bool:
     return value not in ("0", "false", "no")
 
 
+def flag_from_env(env_var: str, default: bool) -> bool:
+    """An on/off switch ``$<env_var>`` (1/0, true/false, yes/no), ``default`` when unset; ValueError otherwise."""
+    value = os.environ.get(env_var, "").strip().lower()
+    if value not in ("0", "1", "false", "true", "no", "yes", ""):
+        raise ValueError(f"${env_var}={value!r}: use 1 (on) or 0 (off)")
+    return default if not value else value in ("1", "true", "yes")
+
+
 def wm_prompt_from_env(env_var: str, layouts: Sequence[str]) -> str | None:
     """``$<ENV>_WM_PROMPT``, the WM prompt layout that overrides the rows' (one of ``layouts``), checked; None when
     unset."""

@@ -11,8 +11,10 @@ builder takes, keyed by its parameter names:
   optional).
 * ALFWorld (``build_alfworld_wm_prompt``): ``wm_system_prompt`` (the row's), ``messages`` (the agent's messages,
   its current reply last), ``action_text`` (the parsed action; sent as plain text).
-
-The paper's layout of AppWorld is not written here yet; asking for it is an error.
+* AppWorld (``build_action_local_wm_prompt``): ``system_prompt`` (the row's ``wm_system_prompt``), ``state`` (the
+  agent's messages, its current reply last), ``tool_name``, ``tool_args`` (as the plugin passes them: no
+  access_token, page_limit at most 20), ``call_id`` (optional: the id of the action's tool call, which the paper
+  draws at random).
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ def _alfworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
             {"role": "user", "content": wm_user_message(paper_prompt.user_state(messages), action)}]
 
 
+def _appworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
+    from textwm.envs.appworld import paper_prompt
+
+    state, tool, args = _messages(step["state"], "state"), str(step["tool_name"]), step["tool_args"]
+    if not isinstance(args, dict):
+        raise ValueError("tool_args must be a JSON object")
+    return [{"role": "system", "content": paper_prompt.system_prompt(str(step["system_prompt"]), tool, args)},
+            {"role": "user", "content": wm_user_message(paper_prompt.user_state(state),
+                                                        paper_prompt.user_action(tool, args, 0, step.get("call_id")))}]
+
+
 def _messages(value: Any, key: str) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
         raise ValueError(f"{key} must be a list of {{role, content}} messages")
@@ -56,6 +69,7 @@ def _messages(value: Any, key: str) -> list[dict[str, Any]]:
 LAYOUTS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]], list[dict[str, str]]]]] = {
     ("sciworld", "paper"): (("system_prompt", "conversation_history", "action_text"), _sciworld_paper),
     ("alfworld", "paper"): (("wm_system_prompt", "messages", "action_text"), _alfworld_paper),
+    ("appworld", "paper"): (("system_prompt", "state", "tool_name", "tool_args"), _appworld_paper),
 }
 
 
@@ -74,7 +88,7 @@ def step_messages(env: str, fmt: str, step: Mapping[str, Any]) -> list[dict[str,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m textwm.envs.wm_prompt", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS} | {"appworld"}))
+    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS}))
     p.add_argument("--format", required=True, choices=("paper",), help="the layout")
     p.add_argument("--step", required=True, help="a JSON file with the builder's inputs (above)")
     args = p.parse_args(argv)

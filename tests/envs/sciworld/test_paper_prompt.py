@@ -152,4 +152,4 @@ def test_the_cli_prints_the_query(tmp_path, capsys):
     assert cli.main(["--env", "sciworld", "--format", "paper", "--step", str(path)]) == 2
     assert "no system_prompt, conversation_history" in capsys.readouterr().err
     assert cli.main(["--env", "appworld", "--format", "paper", "--step", str(path)]) == 2
-    assert "no 'paper' layout for 'appworld'" in capsys.readouterr().err
+    assert "no system_prompt, state, tool_name, tool_args" in capsys.readouterr().err

@@ -30,13 +30,14 @@ from typing import Any, ClassVar
 
 from textwm.config import option
 from textwm.data.jsonl import read_jsonl
+from textwm.data.schema import parse_messages
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.appworld import agent, expert, tools
 from textwm.envs.appworld.calls import canonical
 from textwm.envs.appworld.demos import read_demo, world_of_demo
 from textwm.envs.appworld.generate import generate_rows
 from textwm.envs.appworld.responder import respond, track_login
-from textwm.envs.appworld.wm_prompt import wm_query
+from textwm.envs.appworld.wm_prompt import LAYOUTS, wm_query
 from textwm.envs.appworld.world import World, world_of_row
 from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
 
@@ -57,9 +58,13 @@ class AppWorldBuildConfig(BuildConfig):
     rows: str = option("", "RL task rows whose worlds are seeded into the real apps (e.g. appworld_rl_split_clean.jsonl)")
     generate: int = option(0, "worlds generated offline and played in the real apps (with --rows: in addition)")
     appworld_python: str = option("", "AppWorld's interpreter (default: $TEXTWM_APPWORLD_PYTHON, .venv-appworld)")
+    prompt_style: str = option("ours", "WM prompt layout of the rows: ours or paper (the paper's query, byte for "
+                                       "byte; query it with APPWORLD_WM_PROMPT=paper)", choices=LAYOUTS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.prompt_style not in LAYOUTS:
+            raise ValueError(f"--prompt-style must be one of {', '.join(LAYOUTS)}, got {self.prompt_style!r}")
         if not (self.demos or self.rows or self.generate):
             raise ValueError("nothing to build from: give --demos FILE, --rows FILE and/or --generate N")
         for flag, path in (("--demos", self.demos), ("--rows", self.rows)):
@@ -74,9 +79,10 @@ def split_of(task_id: str, family: str) -> str:
 
 
 def transition(world: World, logged_in: list[str], history: list[tuple[str, str]], action: str, response: str,
-               job: Job, step: int, source: str) -> dict[str, Any]:
+               job: Job, step: int, source: str, *, layout: str = "ours",
+               start_messages: list[dict[str, Any]] | tuple = ()) -> dict[str, Any]:
     name, arguments = agent.action_call(action)
-    q = wm_query(world, logged_in, history, action, name)
+    q = wm_query(world, logged_in, history, action, layout=layout, start_messages=start_messages)
     return {"messages": [{"role": "system", "content": q.system_prompt},
                          {"role": "user", "content": wm_user_message(q.state, q.action)},
                          {"role": "assistant", "content": response}],
@@ -87,15 +93,16 @@ def transition(world: World, logged_in: list[str], history: list[tuple[str, str]
 class Recorder:
     """One played episode: its transitions, the apps logged in to, the history the WM prompt shows."""
 
-    def __init__(self, world: World, job: Job):
-        self.world, self.job = world, job
+    def __init__(self, world: World, job: Job, *, layout: str = "ours", start_messages: Any = ()):
+        self.world, self.job, self.layout = world, job, layout
+        self.start_messages = [dict(m) for m in start_messages]
         self.logged_in: list[str] = []
         self.history: list[tuple[str, str]] = []
         self.rows: list[dict[str, Any]] = []
 
     def record(self, action: str, response: str, source: str) -> None:
         self.rows.append(transition(self.world, self.logged_in, self.history, action, response, self.job,
-                                    len(self.history), source))
+                                    len(self.history), source, layout=self.layout, start_messages=self.start_messages))
         track_login(self.logged_in, agent.action_call(action)[0], response)
         self.history.append((action, response))
 
@@ -205,12 +212,13 @@ class AppWorldBuilder:
 
     def run_job(self, env: _LazyEnv, job: Job, config: BuildConfig) -> JobResult:
         if "demo" in job.meta:
-            return self._demo_job(job)
+            return self._demo_job(job, config)
         return self._world_job(env.get(job, config), job, config)
 
-    def _demo_job(self, job: Job) -> JobResult:
+    def _demo_job(self, job: Job, config: BuildConfig) -> JobResult:
         demo = read_demo(job.meta["demo"])
-        rec = Recorder(world_of_demo(demo), job)
+        rec = Recorder(world_of_demo(demo), job, layout=getattr(config, "prompt_style", "ours"),
+                       start_messages=demo.messages[:2])
         for step in demo.steps:
             rec.record(step.action, step.response, "paper_demo")
         return JobResult(job=job, rows=rec.rows, rl=None, sft=None, gold_score=None)
@@ -218,9 +226,11 @@ class AppWorldBuilder:
     def _world_job(self, env: Any, job: Job, config: BuildConfig) -> JobResult:
         row = job.meta["row"]
         world = world_of_row(row)
+        start = [dict(m) for m in parse_messages(row.get("messages"))][:2]
+        layout = getattr(config, "prompt_style", "ours")
         rows, sft, gold = [], None, None
         if world.instruction in expert.TASKS:
-            rec, score = Recorder(world, job), 0.0
+            rec, score = Recorder(world, job, layout=layout, start_messages=start), 0.0
             env.reset(job.task_id)
             messages = [dict(m) for m in json.loads(row["messages"])]
             for _ in range(EXPERT_STEPS):
@@ -237,17 +247,18 @@ class AppWorldBuilder:
             rows, gold = rec.rows, score
             if score >= 1.0:
                 sft = {"messages": messages[:-1], "task_id": job.task_id}
-        rows += self._explore(env, world, job, config)
+        rows += self._explore(env, world, job, config, start)
         return JobResult(job=job, rows=rows, rl=row, sft=sft, gold_score=gold)
 
-    def _explore(self, env: Any, world: World, job: Job, config: BuildConfig) -> list[dict[str, Any]]:
+    def _explore(self, env: Any, world: World, job: Job, config: BuildConfig,
+                 start_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rng = random.Random(job.seed)
         by_id: dict[str, list[tools.Tool]] = {}
         for t in tools.tools_of([a.app for a in world.accounts]):
             required = [p for p in t.params if p.required]
             if t.method == "GET" and len(required) == 1 and required[0].name.endswith("_id"):
                 by_id.setdefault(required[0].name, []).append(t)
-        rec = Recorder(world, job)
+        rec = Recorder(world, job, layout=getattr(config, "prompt_style", "ours"), start_messages=start_messages)
         env.reset(job.task_id)
         queue = exploration(world, rng)
         budget = max(config.explore_steps, 0) * max(config.explore_episodes, 0)

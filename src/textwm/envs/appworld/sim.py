@@ -1,8 +1,12 @@
 """AppWorld as a :class:`~textwm.envs.contract.SimEpisode`: the row's world, the apps logged in to, the calls.
 
 The local responder (:mod:`~textwm.envs.appworld.responder`) answers what the world decides; the world
-model the rest (:mod:`~textwm.envs.appworld.wm_prompt`). A world-model answer that is not JSON reaches the
-agent as it is and is counted (``malformed``); the reward scores it as a failed call.
+model the rest (:mod:`~textwm.envs.appworld.wm_prompt`, in the episode's layout). A world-model answer that is
+not JSON reaches the agent as it is and is counted (``malformed``); the reward scores it as a failed call.
+``$APPWORLD_PAPER_RESPONDER=1`` answers as the paper's plugin does instead where it can
+(:func:`~textwm.envs.appworld.paper_prompt.paper_response`: list / search / show calls from the row's records,
+a canned success for writes): that changes what the agent is told (the records are the start's, a write changes
+nothing), so it is off unless asked for.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from textwm.envs.appworld import agent
+from textwm.envs.appworld import agent, paper_prompt
 from textwm.envs.appworld.calls import THINK
 from textwm.envs.appworld.responder import respond, track_login
 from textwm.envs.appworld.reward import episode_outcome, rules_of
@@ -50,10 +54,18 @@ class AppWorldEpisode:
     sources: list[str] = field(default_factory=list)
     #: World-model responses that were not JSON.
     malformed: int = 0
+    #: The WM prompt layout (:data:`~textwm.envs.appworld.wm_prompt.LAYOUTS`).
+    layout: str = "ours"
+    #: The agent's start messages (system, task): the start of the paper layout's state.
+    start_messages: list[dict[str, Any]] = field(default_factory=list)
+    #: Answer as the paper's plugin does where it can (``$APPWORLD_PAPER_RESPONDER=1``).
+    paper_responder: bool = False
 
     @classmethod
-    def start(cls, world: World) -> AppWorldEpisode:
-        return cls(world=world)
+    def start(cls, world: World, *, layout: str = "ours", start_messages: Any = (),
+              paper_responder: bool = False) -> AppWorldEpisode:
+        return cls(world=world, layout=layout, start_messages=[dict(m) for m in start_messages],
+                   paper_responder=paper_responder)
 
     def history(self) -> list[tuple[str, str]]:
         return [(a, o) for a, o in zip(self.actions, self.observations) if a is not None and o is not None]
@@ -62,11 +74,14 @@ class AppWorldEpisode:
 
     def local_answer(self, action: str) -> str | None:
         name, arguments = agent.action_call(action)
+        if self.paper_responder and name != "supervisor__show_account_passwords":
+            return paper_prompt.paper_response(self.world.text, name, paper_prompt.wm_arguments(arguments),
+                                               self.logged_in)
         return respond(self.world, self.logged_in, name, arguments)
 
     def wm_query(self, action: str) -> WMQuery:
-        name, _ = agent.action_call(action)
-        return wm_query(self.world, self.logged_in, self.history(), action, name)
+        return wm_query(self.world, self.logged_in, self.history(), action, layout=self.layout,
+                        start_messages=self.start_messages)
 
     def observe(self, action: str, observation: str, source: str) -> None:
         observation = clean_response(observation)
@@ -96,9 +111,13 @@ class AppWorldEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"world": self.world.to_dict(), "logged_in": list(self.logged_in), "actions": list(self.actions),
-                "observations": list(self.observations), "sources": list(self.sources), "malformed": self.malformed}
+                "observations": list(self.observations), "sources": list(self.sources), "malformed": self.malformed,
+                "layout": self.layout, "start_messages": [dict(m) for m in self.start_messages],
+                "paper_responder": self.paper_responder}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AppWorldEpisode:
         return cls(world=World.from_dict(d["world"]), logged_in=list(d["logged_in"]), actions=list(d["actions"]),
-                   observations=list(d["observations"]), sources=list(d["sources"]), malformed=int(d["malformed"]))
+                   observations=list(d["observations"]), sources=list(d["sources"]), malformed=int(d["malformed"]),
+                   layout=d.get("layout", "ours"), start_messages=list(d.get("start_messages") or []),
+                   paper_responder=bool(d.get("paper_responder", False)))

@@ -7,7 +7,8 @@
 * agent side: one tool call per reply in any backbone's form (:mod:`~textwm.envs.appworld.calls`), answered
   as ``<tool_response>...</tool_response>``; two unparseable replies in a row end an episode;
 * simulator: :class:`~textwm.envs.appworld.sim.AppWorldEpisode`; ``APPWORLD_WM_GUARD=0`` sends every call to
-  the world model;
+  the world model; ``APPWORLD_WM_PROMPT=paper`` queries it in the paper's layout; ``APPWORLD_PAPER_RESPONDER=1``
+  answers as the paper's plugin does where it can (records, canned writes);
 * reward: :mod:`~textwm.envs.appworld.reward` (the answer against ``ground_truth``, credentials, placeholders,
   repeats); success: a question task answered right;
 * real env: :class:`~textwm.envs.appworld.real.AppWorldEnv`, the installed AppWorld apps in their own
@@ -23,11 +24,14 @@ from typing import Any
 from textwm.envs.appworld import agent, reward
 from textwm.envs.appworld.real import AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
+from textwm.envs.appworld.wm_prompt import LAYOUTS, WM_PROMPT_ENV
 from textwm.envs.appworld.world import World, world_of_row
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession
+from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+PAPER_RESPONDER_ENV = "APPWORLD_PAPER_RESPONDER"
 
 
 class AppWorldSpec(EnvSpec):
@@ -105,7 +109,9 @@ class AppWorldSpec(EnvSpec):
                                    episode.get("last_reply"), context["instruction"])
 
     def start_episode(self, start: TaskStart) -> AppWorldEpisode:
-        return AppWorldEpisode.start(start.sim_task)
+        return AppWorldEpisode.start(start.sim_task, layout=wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or "ours",
+                                     start_messages=start.messages,
+                                     paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AppWorldEpisode:
         return AppWorldEpisode.from_dict(dict(data))

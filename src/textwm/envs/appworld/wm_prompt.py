@@ -7,17 +7,26 @@
 * state — the apps logged in to and the last :data:`HISTORY_STEPS` calls with their responses (each cut
   at :data:`RESPONSE_CHARS` characters, the cut said in the text; access tokens shown as ``"<token>"``);
 * action — the call in canonical form, ``[{"name": ..., "parameters": {...}}]``.
+
+That is the ``ours`` layout. ``paper`` (``$APPWORLD_WM_PROMPT=paper``, the builder's ``--prompt-style paper``) is
+the paper's query byte for byte (:mod:`~textwm.envs.appworld.paper_prompt`): its system prompt, the agent's
+conversation as the state and the call as an OpenAI tool-call message as the action.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from textwm.envs.appworld import tools
+from textwm.envs.appworld import agent, paper_prompt, tools
 from textwm.envs.appworld.world import World, records_region
 from textwm.envs.contract import WMQuery
+
+#: The WM prompt layouts; ``$APPWORLD_WM_PROMPT`` picks one for the simulator.
+LAYOUTS = ("ours", "paper")
+WM_PROMPT_ENV = "APPWORLD_WM_PROMPT"
 
 _TOKEN = re.compile(r'("access_token":\s*)"[^"]*"')
 HISTORY_STEPS = 3
@@ -76,6 +85,20 @@ def state_text(logged_in: Collection[str], history: Sequence[tuple[str, str]]) -
     return "\n".join(lines)
 
 
-def wm_query(world: World, logged_in: Collection[str], history: Sequence[tuple[str, str]], action: str,
-             name: str) -> WMQuery:
-    return WMQuery(system_prompt=system_prompt(world, name), state=state_text(logged_in, history), action=action)
+def wm_query(world: World, logged_in: Collection[str], history: Sequence[tuple[str, str]], action: str, *,
+             layout: str = "ours", start_messages: Sequence[Mapping[str, Any]] = ()) -> WMQuery:
+    """The WM query for ``action`` (a canonical call) after ``history`` ((call, response) pairs) in ``layout``.
+    ``start_messages``: the agent's system and first user message, the start of the paper's state (required there)."""
+    name, arguments = agent.action_call(action)
+    if layout == "ours":
+        return WMQuery(system_prompt=system_prompt(world, name), state=state_text(logged_in, history), action=action)
+    if layout != "paper":
+        raise ValueError(f"AppWorld WM prompt layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if not start_messages:
+        raise ValueError("the paper's AppWorld WM prompt needs the agent's start messages (its state is the "
+                         "conversation)")
+    args = paper_prompt.wm_arguments(arguments)
+    conversation = paper_prompt.conversation(start_messages, history, action)
+    return WMQuery(system_prompt=paper_prompt.system_prompt(world.text, name, args),
+                   state=paper_prompt.user_state(conversation),
+                   action=paper_prompt.user_action(name, args, turn=len(history)))
