@@ -122,6 +122,28 @@ def test_the_sciworld_wm_prompt_override(monkeypatch):
         get_env("sciworld").start_episode(start)
 
 
+def test_the_papers_own_answers(monkeypatch):
+    from textwm.envs.contract import TaskStart
+    from textwm.envs.registry import get_env
+
+    def answer(action, steps=STEPS):
+        return pp.paper_response(TASK, steps, action)
+
+    assert answer("teleport to Green House") == "You teleport to the green house."     # any name: always succeeds
+    assert answer("wait") == answer("wait1") == "(1 tick passes)"
+    assert answer("inventory") == "In your inventory, you see: axe" and answer("inventory", []) == "Your inventory is empty."
+    assert answer("focus on agent") == answer("focus on chameleon") == "No known action matches that input."
+    assert answer("focus on baby wolf") is None and answer("focus on axe", []) is None    # named in the map: the WM's
+    assert answer("look around") is None and answer("go to kitchen") is None
+    start = TaskStart(task_id=TASK.task_id, family="lifespan-longest-lived", messages=tuple(start_messages(TASK)),
+                      sim_task=TASK)
+    assert get_env("sciworld").start_episode(start).local_answer("wait") != "(1 tick passes)"    # ours by default
+    monkeypatch.setenv("SCIWORLD_PAPER_RESPONDER", "1")
+    episode = get_env("sciworld").start_episode(start)
+    episode = SciWorldEpisode.from_dict(json.loads(json.dumps(episode.to_dict())))
+    assert episode.local_answer("wait") == "(1 tick passes)" and episode.local_answer("look around") is None
+
+
 @pytest.mark.parametrize(("conversation", "room"), [
     ([{"role": "user", "content": "Task: t\n\nYou are in: This room is called the kitchen. ..."}], "kitchen"),
     ([{"role": "user", "content": "This room is called the kitchen."}, {"role": "assistant", "content": "go to x"},

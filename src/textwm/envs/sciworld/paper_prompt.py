@@ -212,3 +212,29 @@ def baked_prompt(task: Task) -> str:
         "## ROOM CONNECTIONS",
         *ROOM_CONNECTIONS,
     ])
+
+
+#: What the paper's plugin answers to ``wait`` / ``wait1`` (the real env reports the ticks differently).
+PAPER_WAIT = "(1 tick passes)"
+_TELEPORT_RE = re.compile(r"teleport to (.+)")
+_FOCUS_RE = re.compile(r"focus on (.+)")
+
+
+def paper_response(task: Task, steps: Sequence[tuple[str, str]], action: str) -> str | None:
+    """The paper's plugin's own answer to ``action`` after ``steps`` ((action, observation) pairs), or None (the
+    world model's): ``teleport to X`` always succeeds, ``wait`` / ``wait1`` -> "(1 tick passes)", ``inventory``
+    lists :func:`tracked_inventory`, and ``focus on X`` is refused when X is "agent" or appears nowhere in the
+    row's ``wm_system_prompt`` (:func:`baked_prompt`) nor in that inventory."""
+    a = action.lower().strip()
+    if teleport := _TELEPORT_RE.match(a):
+        return f"You teleport to the {teleport.group(1).strip()}."
+    if a in ("wait", "wait1"):
+        return PAPER_WAIT
+    inventory = tracked_inventory(steps)
+    if a == "inventory":
+        return f"In your inventory, you see: {', '.join(sorted(inventory))}" if inventory else "Your inventory is empty."
+    if focus := _FOCUS_RE.match(a):
+        target = focus.group(1).strip()
+        if target == "agent" or not (target in baked_prompt(task).lower() or target in inventory):
+            return "No known action matches that input."
+    return None

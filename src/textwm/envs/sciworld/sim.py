@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textwm.envs.contract import Outcome, WMQuery
+from textwm.envs.sciworld import paper_prompt
 from textwm.envs.sciworld.responder import respond
 from textwm.envs.sciworld.reward import Goals, episode_outcome
 from textwm.envs.sciworld.tracker import EpisodeTracker, Task
@@ -23,15 +24,21 @@ class SciWorldEpisode:
     #: The agent's start messages (system, first user), kept for the paper's WM prompt only (its state is the
     #: agent's conversation).
     start_messages: list[dict[str, str]] = field(default_factory=list)
+    #: Answer locally as the paper's plugin does (``$SCIWORLD_PAPER_RESPONDER=1``) instead of with the responder.
+    paper_responder: bool = False
 
     @classmethod
-    def start(cls, task: Task, messages: Sequence[Mapping[str, Any]] = ()) -> SciWorldEpisode:
+    def start(cls, task: Task, messages: Sequence[Mapping[str, Any]] = (), *,
+              paper_responder: bool = False) -> SciWorldEpisode:
         kept = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
-        return cls(tracker=EpisodeTracker(task), start_messages=kept if task.prompt_style == "paper" else [])
+        return cls(tracker=EpisodeTracker(task), start_messages=kept if task.prompt_style == "paper" else [],
+                   paper_responder=paper_responder)
 
     # --- SimEpisode protocol --------------------------------------------------------------------------
 
     def local_answer(self, action: str) -> str | None:
+        if self.paper_responder:
+            return paper_prompt.paper_response(self.tracker.task, self.tracker.history, action)
         return respond(self.tracker, action)
 
     def wm_query(self, action: str) -> WMQuery:
@@ -69,9 +76,10 @@ class SciWorldEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.to_dict(), "actions": list(self.actions), "sources": list(self.sources),
-                "start_messages": list(self.start_messages)}
+                "start_messages": list(self.start_messages), "paper_responder": self.paper_responder}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SciWorldEpisode:
         return cls(tracker=EpisodeTracker.from_dict(d["tracker"]), actions=list(d["actions"]),
-                   sources=list(d["sources"]), start_messages=list(d.get("start_messages", ())))
+                   sources=list(d["sources"]), start_messages=list(d.get("start_messages", ())),
+                   paper_responder=bool(d.get("paper_responder", False)))

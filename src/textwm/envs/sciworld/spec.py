@@ -7,6 +7,8 @@
 * simulator: :class:`~textwm.envs.sciworld.sim.SciWorldEpisode` (tracker + local responder + WM prompt
   + trajectory outcome); ``SCIWORLD_WM_GUARD=0`` sends every step to the world model;
   ``SCIWORLD_WM_PROMPT=paper`` (or ``full`` / ``compact``) overrides the WM prompt layout the rows carry;
+  ``SCIWORLD_PAPER_RESPONDER=1`` answers locally as the paper's plugin does (teleports, "(1 tick passes)", its
+  tracked inventory, focus on an unknown name refused) instead of with the responder;
 * reward: score / 100; a wrong focus keeps the progress before it, a loop or a streak its progress
   minus 0.1 (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100; the paper's rule
   (:func:`~textwm.envs.sciworld.reward.paper_reward`) with ``reward: paper``;
@@ -42,7 +44,7 @@ from textwm.envs.sciworld.paper_form import SciWorldPaperForm
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
 from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
-from textwm.envs.simulator import wm_prompt_from_env
+from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
 
 
 def _clean_sim_task(sim: Any) -> Any:
@@ -60,6 +62,7 @@ def _clean_sim_task(sim: Any) -> Any:
 #: Overrides the WM prompt layout the task rows carry (``paper``: query a world model trained on the paper's data
 #: in the paper's layout, e.g. on the paper's released rows, whose start state is baked here).
 WM_PROMPT_ENV = "SCIWORLD_WM_PROMPT"
+PAPER_RESPONDER_ENV = "SCIWORLD_PAPER_RESPONDER"
 
 
 class SciWorldSpec(EnvSpec):
@@ -154,7 +157,7 @@ class SciWorldSpec(EnvSpec):
         layout = wm_prompt_from_env(WM_PROMPT_ENV, PROMPT_STYLES)
         if layout and layout != task.prompt_style:
             task = dataclasses.replace(task, prompt_style=layout)
-        return SciWorldEpisode.start(task, start.messages)
+        return SciWorldEpisode.start(task, start.messages, paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> SciWorldEpisode:
         return SciWorldEpisode.from_dict(dict(data))
