@@ -266,8 +266,8 @@ def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
     comparison = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), echo=lambda line: None)
     assert stage2_section(comparison)[1] == (
         "Not run yet: `agent/sft`, `agent/eval/sft`, `grpo/convert/ar`, `agent/eval/grpo_convert_ar`, "
-        "`grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, `agent/paired`, `fidelity/convert/ar`, "
-        "`probes/convert/ar`, `fidelity/convert/sdar`, `probes/convert/sdar`.\n")
+        "`grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, `agent/paired`, `probes/convert/ar`, "
+        "`fidelity/convert/ar`, `probes/convert/sdar`, `fidelity/convert/sdar`.\n")
     comparison.state["done"].update({
         "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},
         "agent/eval/sft": {"episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79],

@@ -169,6 +169,9 @@ def test_wm_answers_and_busy_wm_is_retried(wm_env, scheduler_cls):
     assert len(calls) == 2 and calls[-1]["input"]["action"] == "focus on water"
     assert not r["done"] and infos["sources"] == ["wm"] and not infos["wm_error"]
     assert infos["outcome"]["score"] == 70.0 and request.messages[-1]["content"] == "You focus on the water."
+    # The time answering took is recorded with the episode: one world-model step, its retry included.
+    timing = infos["timing"]
+    assert timing["wm_steps"] == 1 and 0 < timing["wm_seconds"] <= timing["answer_seconds"]
 
 
 def test_guard_off_sends_every_step_to_the_wm(wm_env, scheduler_cls, monkeypatch):
@@ -272,6 +275,7 @@ def test_reward_scores_outcomes_and_logs_trajectories(wm_env, scheduler_cls, tmp
     assert [(b["step"], b["episodes"], b["groups"], b["zero_spread_groups"]) for b in batches] == [(7, 2, 2, 0),
                                                                                                  (7, 4, 2, 1)]
     assert batches[1]["mean_reward"] == 0.25 and batches[1]["successes"] == 1
+    assert batches[1]["answer_s_per_turn"] > 0 and batches[1]["wm_steps"] == 0    # the responder's and a dead WM's
     with pytest.raises(ValueError, match="--multi_turn_scheduler sciworld_scheduler"):
         reward_fn(["a"], rollout_infos=[{}])
 

@@ -44,6 +44,8 @@ def test_a_sigterm_stops_the_servers_it_started(tiny_sdar_dir, tmp_path):
         while (_listening(wm_port) or _listening(proxy_port)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _listening(wm_port) and not _listening(proxy_port)
+        # The server's counters were kept before it stopped.
+        assert "textwm_decode_steps_total" in (tmp_path / "wm_server_metrics.prom").read_text()
     finally:
         child.kill()
 

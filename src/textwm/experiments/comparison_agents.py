@@ -137,10 +137,11 @@ def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]
         if c.calibration_episodes:
             plan.append((f"calibration/{agent.name}", lambda a=agent: calibration_curve(comparison, a)))
     plan.append(("agent/paired", lambda: paired_results(comparison)))
-    # The world models' diagnostics last: a run cut short (a GPU lease) has its GRPO results first.
+    # The world models' diagnostics last: a run cut short (a GPU lease) has its GRPO results first; the probes (the
+    # task's facts, a minute) before the fixed agent's fidelity (its episodes in the world model and replayed).
     for arm in arms.values():
-        plan += [(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm)),
-                 (f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm))]
+        plan += [(f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm)),
+                 (f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm))]
     return plan
 
 

@@ -74,6 +74,7 @@ from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import (
     FALLBACK,
     ON_WM_ERROR_ENV,
+    WM,
     WM_ERROR,
     Simulator,
     guard_enabled,
@@ -285,6 +286,7 @@ class EpisodeDriver:
         trajectory = Trajectory.from_dict(state["trajectory"])
         episode = self.spec.episode_from_dict(state["episode"])
         action = trajectory.reply(reply, self.rules)
+        started = time.perf_counter()
         if action is None:
             episode.unparseable()
             outcome = episode.outcome() if self.real is None else ongoing(episode, trajectory.outcome.score)
@@ -299,7 +301,14 @@ class EpisodeDriver:
             step = self.simulator.step(episode, action)
             if step.source == FALLBACK:
                 self.counters.add(wm_fallbacks=1)
+            if step.source == WM:
+                timing = state.setdefault("timing", {})
+                timing["wm_steps"] = timing.get("wm_steps", 0) + 1
+                timing["wm_seconds"] = timing.get("wm_seconds", 0.0) + time.perf_counter() - started
             trajectory.stepped(action, step)
+        # Where a rollout's time goes besides the agent's generation (the env's or the simulator's answers).
+        timing = state.setdefault("timing", {})
+        timing["answer_seconds"] = timing.get("answer_seconds", 0.0) + time.perf_counter() - started
         state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
         self.counters.add(turns=1)
         if trajectory.finished:
@@ -333,7 +342,8 @@ class EpisodeDriver:
                 "wm_error": failed, "wm_error_message": t["error"] if failed else None,
                 "unparseable": t["unparseable"], "reset_options": dict(state.get("reset_options") or {}),
                 "last_reply": t["replies"][-1] if t["replies"] else None,
-                "reward_context": state["reward_context"]}
+                "reward_context": state["reward_context"],
+                "timing": {k: round(v, 4) if isinstance(v, float) else v for k, v in state.get("timing", {}).items()}}
 
 
 # --- reward rule ---------------------------------------------------------------------------------------
@@ -502,8 +512,10 @@ def make_reward_class(env: str | EnvSpec) -> type:
             errors = sum(bool(r["wm_error"]) for r in records)
             batch = batch_record(step, records)
             log.info("%s: %d episodes in %d groups (%d without reward spread), mean reward %.3f, %d ended by a WM "
-                     "failure, %d unparseable replies", class_name, len(values), batch["groups"],
-                     batch["zero_spread_groups"], batch["mean_reward"], errors, sum(int(r["unparseable"]) for r in records))
+                     "failure, %d unparseable replies; answering took %.0f ms a turn (%d world-model steps, %.0f ms "
+                     "each)", class_name, len(values), batch["groups"], batch["zero_spread_groups"], batch["mean_reward"],
+                     errors, sum(int(r["unparseable"]) for r in records), 1000 * batch["answer_s_per_turn"],
+                     batch["wm_steps"], 1000 * batch["wm_s_per_step"])
             self.batch_log.append([batch])
             if self.replayer is not None:
                 self._report_replays(replays)

@@ -63,12 +63,20 @@ BATCH_LOG_NAME = "reward_batches.jsonl"
 
 
 def batch_record(step: Any, records: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """A rewarded batch: episodes, groups (by ``prompt_id``), groups whose rewards are all equal, mean reward."""
+    """A rewarded batch: episodes, groups (by ``prompt_id``), groups whose rewards are all equal, mean reward, and
+    the seconds spent answering the agent (per turn; per world-model step)."""
     groups: dict[Any, list[float]] = {}
     for i, r in enumerate(records):
         groups.setdefault(r.get("prompt_id") or f"#{i}", []).append(r["reward"])     # no id: its own group
     flat = sum(1 for rewards in groups.values() if len(rewards) > 1 and max(rewards) == min(rewards))
     rewards = [r["reward"] for r in records]
+    timing = [r.get("timing") or {} for r in records]
+    turns = sum(int(r.get("turns") or 0) for r in records)
+    wm_steps = sum(t.get("wm_steps", 0) for t in timing)
     return {"time": round(time.time(), 3), "step": step, "episodes": len(records), "groups": len(groups),
             "zero_spread_groups": flat, "mean_reward": round(sum(rewards) / max(1, len(rewards)), 4),
-            "successes": sum((r.get("outcome") or {}).get("reason") == "success" for r in records)}
+            "successes": sum((r.get("outcome") or {}).get("reason") == "success" for r in records),
+            # Seconds per turn spent answering (env or simulator), and per world-model step (its call included).
+            "answer_s_per_turn": round(sum(t.get("answer_seconds", 0.0) for t in timing) / max(1, turns), 4),
+            "wm_steps": wm_steps,
+            "wm_s_per_step": round(sum(t.get("wm_seconds", 0.0) for t in timing) / max(1, wm_steps), 4)}

@@ -4,19 +4,38 @@ checked healthy and always stopped (the demo's and the comparison's GRPO and age
     with local_wm_stack(model, log_dir=out / "stack", wm_port=30101, proxy_port=30100, device="cpu",
                         decode=DecodeSettings(gen_length=48, temperature=0.0)) as endpoint:
         ...   # endpoint: "http://127.0.0.1:30100/", what the env plugins and the evaluator call
+
+When the block ends, the server's counters (``/metrics``: requests, decode steps, rows per step, seconds in the
+decoder) are kept beside its log as ``wm_server_metrics.prom``, so a run's record says how its world model was kept
+busy.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from textwm.generation.settings import DecodeSettings
+
+log = logging.getLogger(__name__)
+METRICS_FILE = "wm_server_metrics.prom"
+
+
+def save_metrics(url: str, path: Path) -> None:
+    """The server's ``/metrics`` text to ``path``; a server that does not answer is logged, not raised (the block's
+    own outcome matters more)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            path.write_bytes(resp.read())
+    except OSError as exc:
+        log.warning("could not keep the WM server's counters from %s: %s", url, exc)
 
 
 def check_ports_free(*ports: int) -> None:
@@ -54,6 +73,8 @@ def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy
     finally:
         if on_main_thread:        # a second SIGTERM must not cut the stopping short
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if server.pid() is not None:
+            save_metrics(f"http://127.0.0.1:{wm_port}/metrics", Path(log_dir) / METRICS_FILE)
         try:
             proxy.stop()
         finally:
