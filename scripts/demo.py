@@ -36,8 +36,11 @@ def main() -> int:
     p.add_argument("--families", nargs="+", choices=("ar", "sdar", "wedlm"),
                    help=f"world-model families, sdar included (default: {' '.join(defaults.families)})")
     p.add_argument("--size", help=f"model size: tiny, small, ... (default: {defaults.size})")
-    p.add_argument("--prompt-style", choices=("full", "compact"),
-                   help=f"WM prompt layout (default: {defaults.prompt_style})")
+    p.add_argument("--prompt-style", choices=("compact", "full", "paper"),
+                   help=f"WM prompt layout: compact (ALFWorld, AppWorld: their own), full (ScienceWorld's full "
+                        f"sections) or paper (the paper's query, every env) (default: {defaults.prompt_style})")
+    p.add_argument("--cutoff-len", type=int, help=f"longest world-model training row in tokens; longer ones are dropped, "
+                                                  f"counted (default: {defaults.cutoff_len}; the paper's layout: 4096)")
     p.add_argument("--train-steps", type=int, help=f"world-model training steps (default: {defaults.train_steps}; "
                                                    "ALFWorld, AppWorld: 200)")
     p.add_argument("--train-variations", type=int, help=f"train variations per task (default: {defaults.train_variations})")

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
 #: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
 DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
+#: The demo's WM prompt layouts (:attr:`DemoConfig.prompt_style`).
+DEMO_PROMPT_STYLES = ("compact", "full", "paper")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ class DemoConfig:
     train_variations: int = 3
     test_variations: int = 1
     explore_steps: int = 12
-    #: The compact WM prompt: tiny models learn it in CPU minutes (the full prompt needs far more steps).
+    #: The WM prompt layout: ``compact`` (tiny models learn it in CPU minutes; ALFWorld and AppWorld: their own
+    #: layout), ``full`` (ScienceWorld's full sections, which need far more steps) or ``paper`` (every env: the
+    #: paper's query, byte for byte; the simulator then queries in it too).
     prompt_style: str = "compact"
     size: str = "tiny"
     vocab_size: int = 1024
@@ -95,6 +99,8 @@ class DemoConfig:
         if self.tasks and not set(self.agent_tasks) <= set(self.tasks):
             raise ValueError(f"agent_tasks {' '.join(sorted(set(self.agent_tasks) - set(self.tasks)))} not among "
                              f"tasks ({' '.join(self.tasks)})")
+        if self.prompt_style not in DEMO_PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {', '.join(DEMO_PROMPT_STYLES)}, got {self.prompt_style!r}")
         unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
         if unknown or "sdar" not in self.families:
             raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "

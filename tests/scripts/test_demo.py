@@ -97,6 +97,9 @@ def test_demo_families_must_include_the_sdar_world_model():
         DemoConfig(families=("ar", "wedlm"))
     with pytest.raises(ValueError, match="families must include sdar"):
         DemoConfig(families=("sdar", "gpt"))
+    assert DemoConfig(prompt_style="paper").prompt_style == "paper"
+    with pytest.raises(ValueError, match="prompt_style must be one of compact, full, paper"):
+        DemoConfig(prompt_style="scene")
 
 
 def test_demo_agent_tasks_come_from_the_env_and_give_way_to_other_tasks():

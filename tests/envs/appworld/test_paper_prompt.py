@@ -220,3 +220,17 @@ def test_the_builder_writes_rows_in_the_papers_layout(tmp_path):
     assert json.loads(state)[:2] == demo[:2] and json.loads(action)[0]["tool_calls"][0]["type"] == "function"
     with pytest.raises(ValueError, match="--prompt-style"):
         AppWorldBuildConfig(out_dir=str(tmp_path / "x"), demos=str(demos), prompt_style="compact")
+
+
+def test_rows_built_in_the_papers_layout_are_queried_in_it():
+    from textwm.envs.alfworld.build import demo_layout as alfworld_layout
+    from textwm.envs.appworld.build import demo_layout as appworld_layout
+
+    start = SPEC.load_row(fx.rl_row(wm_prompt="paper"), need_sim=True)
+    assert SPEC.start_episode(start).wm_query(fx.call("spotify__show_song_library")).system_prompt.startswith(
+        "## ENVIRONMENT STATE\nThe environment is AppWorld tool-response prediction.")
+    with pytest.raises(ValueError, match="wm_prompt 'fancy' is no WM prompt layout"):
+        SPEC.start_episode(SPEC.load_row(fx.rl_row(wm_prompt="fancy"), need_sim=True))
+    # The demo's --prompt-style, per env.
+    assert [appworld_layout(s) for s in ("compact", "full", "paper")] == ["ours", "ours", "paper"]
+    assert [alfworld_layout(s) for s in ("compact", "full", "paper")] == ["scene", "scene", "paper"]

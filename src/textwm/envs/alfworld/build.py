@@ -85,6 +85,11 @@ class AlfWorldBuildConfig(BuildConfig):
             raise ValueError(f"--prompt-style must be one of {', '.join(LAYOUTS)}, got {self.prompt_style!r}")
 
 
+def demo_layout(prompt_style: str) -> str:
+    """The demo's ``--prompt-style`` as ALFWorld's layout: ``paper``, else the scene (ours)."""
+    return "paper" if prompt_style == "paper" else "scene"
+
+
 def invalid_action(rng: random.Random, scene: Scene, admissible: list[str]) -> str:
     """A command the game does not admit now (wrong place, wrong object, impossible verb)."""
     objects, receptacles = list(scene.objects), [r.name for r in scene.receptacles]
@@ -208,7 +213,7 @@ class AlfWorldBuilder:
                                    train_variations=demo.train_variations, dev_variations=0,
                                    test_variations=demo.test_variations, explore_episodes=1 if demo.explore_steps else 0,
                                    explore_steps=demo.explore_steps, workers=demo.workers, seed=demo.seed,
-                                   max_turns=demo.agent_turns)
+                                   max_turns=demo.agent_turns, prompt_style=demo_layout(demo.prompt_style))
 
     def open_env(self) -> AlfWorldEnv:
         return AlfWorldEnv(AlfWorldSessionConfig())

@@ -72,6 +72,11 @@ class AppWorldBuildConfig(BuildConfig):
                 raise ValueError(f"{flag} {path!r} is not a file")
 
 
+def demo_layout(prompt_style: str) -> str:
+    """The demo's ``--prompt-style`` as AppWorld's layout: ``paper``, else ours."""
+    return "paper" if prompt_style == "paper" else "ours"
+
+
 def split_of(task_id: str, family: str) -> str:
     key = family if len(family) == 7 and all(c in "0123456789abcdef" for c in family) else task_id
     h = zlib.crc32(key.encode()) % 10
@@ -205,7 +210,7 @@ class AppWorldBuilder:
                                    train_variations=demo.train_variations, dev_variations=0,
                                    test_variations=demo.test_variations, explore_episodes=1 if demo.explore_steps else 0,
                                    explore_steps=demo.explore_steps, workers=demo.workers, seed=demo.seed,
-                                   max_turns=demo.agent_turns)
+                                   max_turns=demo.agent_turns, prompt_style=demo_layout(demo.prompt_style))
 
     def open_env(self) -> Any:
         return _LazyEnv()
@@ -248,6 +253,8 @@ class AppWorldBuilder:
             if score >= 1.0:
                 sft = {"messages": messages[:-1], "task_id": job.task_id}
         rows += self._explore(env, world, job, config, start)
+        if layout != "ours":     # the simulator then queries as these rows are written
+            row = {**row, "wm_prompt": layout}
         return JobResult(job=job, rows=rows, rl=row, sft=sft, gold_score=gold)
 
     def _explore(self, env: Any, world: World, job: Job, config: BuildConfig,

@@ -7,7 +7,8 @@
 * agent side: one tool call per reply in any backbone's form (:mod:`~textwm.envs.appworld.calls`), answered
   as ``<tool_response>...</tool_response>``; two unparseable replies in a row end an episode;
 * simulator: :class:`~textwm.envs.appworld.sim.AppWorldEpisode`; ``APPWORLD_WM_GUARD=0`` sends every call to
-  the world model; ``APPWORLD_WM_PROMPT=paper`` queries it in the paper's layout; ``APPWORLD_PAPER_RESPONDER=1``
+  the world model; ``APPWORLD_WM_PROMPT=paper`` queries it in the paper's layout (rows built with
+  ``--prompt-style paper`` say so themselves, ``wm_prompt``); ``APPWORLD_PAPER_RESPONDER=1``
   answers as the paper's plugin does where it can (records, canned writes);
 * reward: :mod:`~textwm.envs.appworld.reward` (the answer against ``ground_truth``, credentials, placeholders,
   repeats); success: a question task answered right;
@@ -109,8 +110,12 @@ class AppWorldSpec(EnvSpec):
                                    episode.get("last_reply"), context["instruction"])
 
     def start_episode(self, start: TaskStart) -> AppWorldEpisode:
-        return AppWorldEpisode.start(start.sim_task, layout=wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or "ours",
-                                     start_messages=start.messages,
+        world = start.sim_task
+        layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or world.wm_prompt
+        if layout not in LAYOUTS:
+            raise ValueError(f"AppWorld row {start.task_id!r}: wm_prompt {layout!r} is no WM prompt layout (use one "
+                             f"of {', '.join(LAYOUTS)})")
+        return AppWorldEpisode.start(world, layout=layout, start_messages=start.messages,
                                      paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AppWorldEpisode:

@@ -71,20 +71,25 @@ class World:
     text: str = ""
     #: The answer ``supervisor__complete_task`` must give (empty: the task changes state, no answer).
     ground_truth: str = ""
+    #: The WM prompt layout the row's world-model rows were written in (its ``wm_prompt`` column; ``ours`` when
+    #: absent), so the simulator queries as the world model was trained.
+    wm_prompt: str = "ours"
 
     def account(self, app: str) -> Account | None:
         return next((a for a in self.accounts if a.app == app), None)
 
     def to_dict(self) -> dict[str, Any]:
         """The row's text and answer only: everything else is read back from the text (a request carries less)."""
-        return {"text": self.text, "ground_truth": self.ground_truth, "instruction": self.instruction}
+        return {"text": self.text, "ground_truth": self.ground_truth, "instruction": self.instruction,
+                "wm_prompt": self.wm_prompt}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> World:
-        return parse_world(d["text"], ground_truth=d.get("ground_truth", ""), instruction=d.get("instruction", ""))
+        return parse_world(d["text"], ground_truth=d.get("ground_truth", ""), instruction=d.get("instruction", ""),
+                           wm_prompt=d.get("wm_prompt", "ours"))
 
 
-def parse_world(text: str, *, ground_truth: str = "", instruction: str = "") -> World:
+def parse_world(text: str, *, ground_truth: str = "", instruction: str = "", wm_prompt: str = "ours") -> World:
     """Read a row's ``wm_system_prompt``; DataError naming the missing part."""
     if not isinstance(text, str) or not text.strip():
         raise DataError("row has no 'wm_system_prompt' (the user, their accounts and app records)",
@@ -110,7 +115,7 @@ def parse_world(text: str, *, ground_truth: str = "", instruction: str = "") -> 
     return World(name=ident["name"].strip(), email=ident["email"], phone=ident["phone"], accounts=tuple(accounts),
                  instruction=instruction or (task.group(1).strip() if task else ""),
                  date=date.group(1) if date else "", records=parse_records(text), text=text,
-                 ground_truth=ground_truth)
+                 ground_truth=ground_truth, wm_prompt=wm_prompt)
 
 
 def world_of_row(row: Mapping[str, Any]) -> World:
@@ -122,7 +127,8 @@ def world_of_row(row: Mapping[str, Any]) -> World:
                         field="ground_truth")
     instruction = row.get("instruction")
     return parse_world(row.get("wm_system_prompt", ""), ground_truth="" if truth is None else str(truth),
-                       instruction="" if instruction is None else str(instruction))
+                       instruction="" if instruction is None else str(instruction),
+                       wm_prompt=str(row.get("wm_prompt") or "ours"))
 
 
 def records_region(lines: list[str]) -> tuple[int, int]:
