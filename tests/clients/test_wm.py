@@ -96,3 +96,32 @@ def test_async_client(proxy):
             with pytest.raises(WMBadResponse):
                 await wm.predict("sys", "s", "empty")
     asyncio.run(go())
+
+
+def test_max_concurrent_caps_the_requests_in_flight():
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def respond(method, path, body):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.1)
+        with lock:
+            in_flight[0] -= 1
+        return 200, {"generated_text": "ok", "usage": {}}, 0
+
+    server = ScriptedServer(respond)
+    try:
+        for cap, expected in ((2, 2), (None, 6)):
+            peak[0] = 0
+            with WMClient(server.url + "/", max_concurrent=cap) as wm, ThreadPoolExecutor(6) as pool:
+                answers = list(pool.map(lambda i: wm.predict("s", "state", f"a{i}").observation, range(6)))
+            assert answers == ["ok"] * 6 and peak[0] == expected
+    finally:
+        server.close()
+    with pytest.raises(ValueError, match="max_concurrent must be 1 or more"):
+        WMClient("http://127.0.0.1:9/", max_concurrent=0)

@@ -233,7 +233,8 @@ def test_the_world_model_is_sampled_in_rollouts(wm_env, scheduler_cls, monkeypat
     assert calls[0]["temperature"] == 0.7 and "top_p" not in calls[0] and "num_diffusion_steps" not in calls[0]
     assert (calls[1]["temperature"], calls[1]["top_p"], calls[1]["num_diffusion_steps"]) == (1.0, 0.9, 2)
     for name, value, message in (("WM_TEMPERATURE", "-1", "use 0"), ("WM_TOP_P", "1.5", r"\(0, 1\]"),
-                                 ("WM_DIFFUSION_STEPS", "0", "1 or more"), ("WM_TEMPERATURE", "hot", "valid float")):
+                                 ("WM_DIFFUSION_STEPS", "0", "1 or more"), ("WM_TEMPERATURE", "hot", "valid float"),
+                                 ("WM_MAX_CONCURRENT", "0", "1 or more")):
         with pytest.raises(ValueError, match=f"{name}.*{message}"):
             WMSettings.from_env({"WM_ENDPOINT": "http://x/", name: value})
 
@@ -246,6 +247,7 @@ def test_missing_wm_endpoint_is_a_clear_error(monkeypatch, scheduler_cls):
         WMSettings.from_env({"WM_ENDPOINT": "http://x/", "WM_MAX_RETRIES": "many"})
     with pytest.raises(ValueError, match="proxy's URL"):
         WMSettings.from_env({"WM_ENDPOINT": "localhost:30000"})
+    assert WMSettings.from_env({"WM_ENDPOINT": "http://x/", "WM_MAX_CONCURRENT": "8"}).sampling()["max_concurrent"] == 8
 
 
 def test_reward_scores_outcomes_and_logs_trajectories(wm_env, scheduler_cls, tmp_path, monkeypatch):

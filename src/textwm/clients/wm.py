@@ -11,8 +11,10 @@ raises a :class:`WMError` subclass that the caller must handle — never an empt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,13 +166,19 @@ class _BaseWMClient:
 
 
 class WMClient(_BaseWMClient):
-    """Synchronous WM client (one connection pool per client; safe to share between threads)."""
+    """Synchronous WM client (one connection pool per client; safe to share between threads).
+
+    ``max_concurrent``: at most that many requests in flight at once from this client, the others wait their turn
+    (the paper's ``WM_MAX_CONCURRENT``, for a shared endpoint); None: no cap."""
 
     def __init__(self, endpoint: str, *, timeout_s: float = 120.0, retry: RetryPolicy = RetryPolicy(),
                  max_tokens: int = 256, temperature: float = 0.0, num_diffusion_steps: int | None = None,
-                 api_key: str | None = None, top_p: float | None = None):
+                 api_key: str | None = None, top_p: float | None = None, max_concurrent: int | None = None):
         super().__init__(endpoint, retry=retry, max_tokens=max_tokens, temperature=temperature,
                          num_diffusion_steps=num_diffusion_steps, timeout_s=timeout_s, api_key=api_key, top_p=top_p)
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be 1 or more (None: no cap), got {max_concurrent}")
+        self._slots = threading.BoundedSemaphore(max_concurrent) if max_concurrent else contextlib.nullcontext()
         self._http = httpx.Client(headers=self.headers, limits=httpx.Limits(
             max_connections=100, max_keepalive_connections=20, keepalive_expiry=CLIENT_KEEPALIVE_S))
 
@@ -190,7 +198,8 @@ class WMClient(_BaseWMClient):
             attempt += 1
             failure = None
             try:
-                outcome = _outcome(self._http.post(self.endpoint, json=body, timeout=deadline.timeout(5.0)))
+                with self._slots:
+                    outcome = _outcome(self._http.post(self.endpoint, json=body, timeout=deadline.timeout(5.0)))
             except httpx.TransportError as exc:
                 outcome, failure = _transport_failure(exc), exc
             if isinstance(outcome, WMResult):

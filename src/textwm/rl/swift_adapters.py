@@ -136,6 +136,9 @@ class WMSettings:
     top_p: float | None = None
     #: Denoising steps per block of a diffusion world model (``WM_DIFFUSION_STEPS``; None: the server's).
     diffusion_steps: int | None = None
+    #: At most this many world-model requests in flight from the rollouts (``WM_MAX_CONCURRENT``, the paper's knob
+    #: for a shared endpoint; None: as many as there are episodes waiting).
+    max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
         if not self.endpoint.startswith(("http://", "https://")):
@@ -150,6 +153,8 @@ class WMSettings:
             raise ValueError(f"WM_TOP_P={self.top_p}: use a value in (0, 1]")
         if self.diffusion_steps is not None and self.diffusion_steps < 1:
             raise ValueError(f"WM_DIFFUSION_STEPS={self.diffusion_steps}: use 1 or more")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ValueError(f"WM_MAX_CONCURRENT={self.max_concurrent}: use 1 or more (unset: no cap)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WMSettings:
@@ -165,17 +170,18 @@ class WMSettings:
                    api_key=environ.get("WM_API_KEY", "").strip(),
                    temperature=_env_number(environ, "WM_TEMPERATURE", DEFAULT_WM_TEMPERATURE, float),
                    top_p=_env_number(environ, "WM_TOP_P", None, float),
-                   diffusion_steps=_env_number(environ, "WM_DIFFUSION_STEPS", None, int))
+                   diffusion_steps=_env_number(environ, "WM_DIFFUSION_STEPS", None, int),
+                   max_concurrent=_env_number(environ, "WM_MAX_CONCURRENT", None, int))
 
     def sampling(self) -> dict[str, Any]:
         """What the run records of the world model's decoding."""
         return {"temperature": self.temperature, "top_p": self.top_p, "diffusion_steps": self.diffusion_steps,
-                "max_tokens": self.max_tokens}
+                "max_tokens": self.max_tokens, "max_concurrent": self.max_concurrent}
 
     def client(self) -> WMClient:
         return WMClient(self.endpoint, timeout_s=self.timeout_s, retry=RetryPolicy(max_retries=self.max_retries),
                         max_tokens=self.max_tokens, api_key=self.api_key or None, temperature=self.temperature,
-                        top_p=self.top_p, num_diffusion_steps=self.diffusion_steps)
+                        top_p=self.top_p, num_diffusion_steps=self.diffusion_steps, max_concurrent=self.max_concurrent)
 
 
 # --- the pure core: one episode, turn by turn ----------------------------------------------------------
