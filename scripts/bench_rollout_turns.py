@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
 from textwm.data.jsonl import read_jsonl
 from textwm.envs.registry import env_names, get_env
@@ -88,14 +89,19 @@ def main() -> None:
     p.add_argument("--wm-max-tokens", type=int, default=96)
     p.add_argument("--wm-temperature", type=float, default=0.7)
     p.add_argument("--no-local", action="store_true", help="every step to the world model (responder off)")
+    p.add_argument("--wm-retries", type=int, default=3, help="WM client retries (0: a failed call fails at once)")
+    p.add_argument("--on-wm-error", choices=("end", "fallback"), default="end",
+                   help="a failed WM call ends the episode (as in GRPO by default) or is substituted, so that an "
+                        "untrained world model still makes whole episodes of load")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     args = p.parse_args()
 
     data = Path(args.data_dir)
     rows = read_jsonl(data / "rl_train.jsonl").rows
     demos = demo_actions(data / "sft_train.jsonl")
-    wm = TimedWM(args.wm_endpoint, max_tokens=args.wm_max_tokens, temperature=args.wm_temperature)
-    simulator = Simulator(wm, use_local=not args.no_local)
+    wm = TimedWM(args.wm_endpoint, max_tokens=args.wm_max_tokens, temperature=args.wm_temperature,
+                 retry=RetryPolicy(max_retries=args.wm_retries))
+    simulator = Simulator(wm, use_local=not args.no_local, on_wm_error=args.on_wm_error)
     driver = EpisodeDriver(get_env(args.env), simulator, max_turns=args.max_turns)
     walls: list[float] = []
     with ThreadPoolExecutor(args.threads) as pool:
