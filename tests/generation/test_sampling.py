@@ -106,3 +106,18 @@ def test_strategies_hand_computed():
                            entropy_budget=0.0)[0].nonzero().flatten().tolist() == [0, 2, 3, 4]
     with pytest.raises(ValueError, match="unknown remasking strategy"):
         _sel("random", 1)
+
+
+def test_the_exponential_race_draws_the_categorical_distribution():
+    from textwm.generation.sampling import draw
+
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.0, 0.5, 0.0, 0.5]]).repeat(50_000, 1)
+    for how in ("multinomial", "race"):
+        tokens = draw(probs, generator=torch.Generator().manual_seed(0), how=how).view(-1, 2)
+        freq = torch.stack([torch.bincount(tokens[:, j], minlength=4) for j in range(2)]).float() / 50_000
+        assert torch.allclose(freq, probs[:2], atol=0.01), (how, freq)      # ~4 standard errors
+        assert (tokens[:, 1] % 2 == 1).all()                                 # zero-probability tokens never drawn
+    a, b = (draw(probs[:8], generator=torch.Generator().manual_seed(3), how="race") for _ in range(2))
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="draw must be one of"):
+        draw(probs, how="gumbel")

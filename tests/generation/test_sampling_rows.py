@@ -36,7 +36,7 @@ def test_each_row_samples_as_the_scalar_sampler_with_its_settings(rows_fn, scala
     logits = _logits(len(MIXED))
     got = rows_fn(logits, RowParams.of(MIXED), generator=_gen())
     for i, (t, k, p) in enumerate(MIXED):
-        want = scalar_fn(logits, temperature=t, top_k=k, top_p=p, generator=_gen())   # the whole batch at row i's
+        want = scalar_fn(logits, temperature=t, top_k=k, top_p=p, generator=_gen(), how="race")   # all at row i's
         assert torch.equal(got.probs[i], want.probs[i]), MIXED[i]
         assert got.tokens[i] == want.tokens[i] and got.confidence[i] == want.confidence[i], MIXED[i]
 
@@ -47,7 +47,8 @@ def test_each_row_samples_as_the_scalar_sampler_with_its_settings(rows_fn, scala
 def test_rows_sharing_settings_equal_the_scalar_sampler(rows_fn, scalar_fn, settings):
     logits = _logits(6, seed=1)
     got = rows_fn(logits, RowParams.of([settings] * 6), generator=_gen())
-    want = scalar_fn(logits, temperature=settings[0], top_k=settings[1], top_p=settings[2], generator=_gen())
+    want = scalar_fn(logits, temperature=settings[0], top_k=settings[1], top_p=settings[2], generator=_gen(),
+                     how="race")
     assert torch.equal(got.tokens, want.tokens) and torch.equal(got.probs, want.probs)
 
 

@@ -18,8 +18,13 @@ settings. The form is vLLM's and lmdeploy's per-request sampling: parameter tens
 host-side facts about them that pick the path without reading the device (vLLM ``vllm/v1/sample/sampler.py``
 ``Sampler.sample``: ``all_greedy`` returns the argmax, else greedy rows take the argmax through a
 ``torch.where`` on the temperature; lmdeploy ``pytorch/engine/logits_process.py`` ``SamplingInputs.max_top_k``
-and ``FusedLogitsProcessor.sampling``). One multinomial draw covers every row, so with the same generator
-state a sampled row draws what it would in a batch of rows with its own settings.
+and ``FusedLogitsProcessor.sampling``). One draw covers every row, so with the same generator state a sampled row
+draws what it would in a batch of rows with its own settings.
+
+Drawing (:func:`draw`): the scalar samplers draw with ``torch.multinomial`` by default, as the upstream decoders do
+(seeded runs equal theirs); the per-row samplers, which the decode engine runs every step, draw by the exponential
+race, ``argmax(probs / E)`` with ``E ~ Exp(1)``: the same categorical distribution, but on CUDA no device-to-host
+synchronisation (``torch.multinomial`` waits for the device; gpt-fast and vLLM draw the same way for that reason).
 """
 
 from __future__ import annotations
@@ -142,9 +147,26 @@ class RowParams:
         return logits
 
 
+#: How a token is drawn from a distribution (:func:`draw`).
+DRAWS = ("multinomial", "race")
+
+
+def draw(probs: torch.Tensor, *, generator: torch.Generator | None = None, how: str = "multinomial") -> torch.Tensor:
+    """One token per row of ``probs [N, V]`` (rows summing to 1), ``[N]`` long. ``multinomial``: torch's, as the
+    upstream decoders draw; ``race``: ``argmax(probs / E)``, ``E [N, V] ~ Exp(1)`` drawn from ``generator`` in
+    row-major order, the same distribution without a device-to-host synchronisation."""
+    if how == "multinomial":
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    if how == "race":
+        # An exponential of exactly 0 would make 0 / 0 = NaN for a zero-probability token, which argmax would pick.
+        race = torch.empty_like(probs).exponential_(generator=generator).clamp_min_(torch.finfo(probs.dtype).tiny)
+        return (probs / race).argmax(dim=-1)
+    raise ValueError(f"draw must be one of {', '.join(DRAWS)}, got {how!r}")
+
+
 def sample(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
-           generator: torch.Generator | None = None) -> Sampled:
-    """Sample one token per row of ``logits [N, V]`` (computed in float32)."""
+           generator: torch.Generator | None = None, how: str = "multinomial") -> Sampled:
+    """Sample one token per row of ``logits [N, V]`` (computed in float32; ``how``: :func:`draw`'s)."""
     logits = logits.float()
     if temperature == 0:
         probs = torch.softmax(logits, dim=-1)
@@ -152,12 +174,12 @@ def sample(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: f
     else:
         scaled = top_p_filter(top_k_filter(logits / temperature, top_k), top_p)
         probs = torch.softmax(scaled, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens = draw(probs, generator=generator, how=how)
     return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
 
 
 def sample_filter_first(logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                        generator: torch.Generator | None = None) -> Sampled:
+                        generator: torch.Generator | None = None, how: str = "multinomial") -> Sampled:
     """Sample one token per row of ``logits [N, V]`` in WeDLM's order (computed in float32).
 
     Tencent/WeDLM ``wedlm/engine/sampler.py`` ``Sampler.sample_tokens``: ``temperature == 0`` is
@@ -172,7 +194,7 @@ def sample_filter_first(logits: torch.Tensor, *, temperature: float, top_k: int 
         tokens = probs.argmax(dim=-1)
     else:
         probs = torch.softmax(top_p_filter(top_k_filter(logits, top_k), top_p) / temperature, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens = draw(probs, generator=generator, how=how)
     return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
 
 
@@ -181,14 +203,14 @@ def sample_rows(logits: torch.Tensor, rows: RowParams, *, generator: torch.Gener
 
     A greedy row takes the argmax of its float32 logits and the softmax of them as its distribution, as
     :func:`sample` at temperature 0; a sampled row is divided by its temperature, filtered by its top-k then
-    top-p and drawn. All-greedy rows (``rows.all_greedy``, known on the host) cost one softmax and argmax,
-    as :func:`sample` does.
+    top-p and drawn by the exponential race (:func:`draw`; :func:`sample` with ``how="race"`` draws the same).
+    All-greedy rows (``rows.all_greedy``, known on the host) cost one softmax and argmax, as :func:`sample` does.
     """
     if rows.all_greedy:
         return sample(logits, temperature=0)
     logits = logits.float()
     probs = torch.softmax(rows.filter(logits / rows.divisor()), dim=-1)
-    drawn = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    drawn = draw(probs, generator=generator, how="race")
     tokens = torch.where(rows.temperature > 0, drawn, logits.argmax(dim=-1))
     return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
 
@@ -197,14 +219,15 @@ def sample_filter_first_rows(logits: torch.Tensor, rows: RowParams, *,
                              generator: torch.Generator | None = None) -> Sampled:
     """:func:`sample_filter_first` (WeDLM's order) with each row's own settings, over ``logits [N, V]``.
 
-    A sampled row: top-k, top-p on the unscaled logits, then its temperature, then the draw; a greedy row:
-    the argmax of the raw softmax. All-greedy rows take :func:`sample_filter_first`'s greedy path.
+    A sampled row: top-k, top-p on the unscaled logits, then its temperature, then the draw (the exponential race,
+    :func:`draw`); a greedy row: the argmax of the raw softmax. All-greedy rows take :func:`sample_filter_first`'s
+    greedy path.
     """
     if rows.all_greedy:
         return sample_filter_first(logits, temperature=0)
     logits = logits.float()
     probs = torch.softmax(rows.filter(logits) / rows.divisor(), dim=-1)
-    drawn = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    drawn = draw(probs, generator=generator, how="race")
     tokens = torch.where(rows.temperature > 0, drawn, probs.argmax(dim=-1))
     return Sampled(tokens=tokens, confidence=probs.gather(-1, tokens[:, None]).squeeze(-1), probs=probs)
 
