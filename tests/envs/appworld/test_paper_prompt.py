@@ -234,3 +234,18 @@ def test_rows_built_in_the_papers_layout_are_queried_in_it():
     # The demo's --prompt-style, per env.
     assert [appworld_layout(s) for s in ("compact", "full", "paper")] == ["ours", "ours", "paper"]
     assert [alfworld_layout(s) for s in ("compact", "full", "paper")] == ["scene", "scene", "paper"]
+
+
+def test_the_papers_repair_of_world_model_answers(monkeypatch):
+    repair = pp.repair_wm_answer
+    assert repair('<think>x</think>\n<tool_response>{"total": 1}</tool_response>') == '{"total": 1}'
+    assert repair('{"a": 1 "b": "\u00e9"}') == '{"a": 1, "b": "\\u00e9"}'      # repaired, written back as the paper does
+    assert repair('[{"content": {"x": 1}}]') == "{'x': 1}" and repair("[]") == "[]"
+    assert repair("no json here") == '""'                                    # prose comes out empty, as there
+    monkeypatch.setenv("APPWORLD_WM_JSON_REPAIR", "1")
+    episode = SPEC.start_episode(SPEC.load_row(fx.rl_row(), need_sim=True))
+    action = fx.call("spotify__show_current_song")
+    episode.observe(action, '{"title": "Night Ferry" "id": 12}', "wm")
+    assert episode.observations[-1] == '{"title": "Night Ferry", "id": 12}' and episode.malformed == 1
+    assert episode.agent_message('{"title": "Night Ferry" "id": 12}') == \
+        '<tool_response>\n{"title": "Night Ferry", "id": 12}\n</tool_response>'

@@ -382,3 +382,29 @@ def paper_response(world_text: str, tool: str, args: Mapping[str, Any], logged_i
     if tool.startswith(WRITE_PREFIXES):
         return json.dumps(CANNED_SUCCESS, ensure_ascii=False)
     return None
+
+
+def repair_wm_answer(text: str) -> str:
+    """A world-model answer as the paper's plugin passes it on: think blocks and ``<tool_response>`` tags dropped;
+    JSON that does not load repaired by ``json_repair`` and written back (text that is no JSON at all comes out as
+    ``""``, as there); a non-empty list becomes its first element; an object with a ``content`` key becomes that
+    content's text. JSON that loads is kept as written."""
+    from textwm._optional import require
+
+    text = re.sub(r"</?tool_response>", "", re.sub(r"<think>.*?</think>", "", text.strip(), flags=re.DOTALL).strip())
+    text = text.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        repair = require("json_repair", extra="rl", package="json-repair")
+        try:
+            value = repair.loads(text)
+        except (ValueError, TypeError, RecursionError):     # the paper passes on what it cannot repair as it is
+            return text
+        text = json.dumps(value)
+    if isinstance(value, list) and value:
+        value = value[0]
+    if isinstance(value, dict) and "content" in value:
+        return str(value["content"])
+    return text
+

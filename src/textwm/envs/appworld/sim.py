@@ -6,7 +6,8 @@ not JSON reaches the agent as it is and is counted (``malformed``); the reward s
 ``$APPWORLD_PAPER_RESPONDER=1`` answers as the paper's plugin does instead where it can
 (:func:`~textwm.envs.appworld.paper_prompt.paper_response`: list / search / show calls from the row's records,
 a canned success for writes): that changes what the agent is told (the records are the start's, a write changes
-nothing), so it is off unless asked for.
+nothing), so it is off unless asked for; so is ``$APPWORLD_WM_JSON_REPAIR=1``, the paper's repair of world-model
+answers (``json_repair``; prose comes out as ``""``), still counted as malformed.
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ class AppWorldEpisode:
     start_messages: list[dict[str, Any]] = field(default_factory=list)
     #: Answer as the paper's plugin does where it can (``$APPWORLD_PAPER_RESPONDER=1``).
     paper_responder: bool = False
+    #: Repair world-model answers as the paper's plugin does (``$APPWORLD_WM_JSON_REPAIR=1``;
+    #: :func:`~textwm.envs.appworld.paper_prompt.repair_wm_answer`); a malformed answer is counted either way.
+    wm_json_repair: bool = False
 
     @classmethod
-    def start(cls, world: World, *, layout: str = "ours", start_messages: Any = (),
-              paper_responder: bool = False) -> AppWorldEpisode:
+    def start(cls, world: World, *, layout: str = "ours", start_messages: Any = (), paper_responder: bool = False,
+              wm_json_repair: bool = False) -> AppWorldEpisode:
         return cls(world=world, layout=layout, start_messages=[dict(m) for m in start_messages],
-                   paper_responder=paper_responder)
+                   paper_responder=paper_responder, wm_json_repair=wm_json_repair)
 
     def history(self) -> list[tuple[str, str]]:
         return [(a, o) for a, o in zip(self.actions, self.observations) if a is not None and o is not None]
@@ -84,18 +88,23 @@ class AppWorldEpisode:
                         start_messages=self.start_messages)
 
     def observe(self, action: str, observation: str, source: str) -> None:
-        observation = clean_response(observation)
+        raw, observation = observation, clean_response(observation)
         if source != "local" and not is_json(observation):
             self.malformed += 1
-            log.warning("AppWorld: the world model's answer to %s is not JSON (%d in this episode; scored as a failed "
-                        "call): %r", action[:120], self.malformed, observation[:200])
+            log.warning("AppWorld: the world model's answer to %s is not JSON (%d in this episode; %s): %r",
+                        action[:120], self.malformed, "repaired as the paper does" if self.wm_json_repair
+                        else "scored as a failed call", observation[:200])
+        if source != "local" and self.wm_json_repair:
+            observation = paper_prompt.repair_wm_answer(raw)
         track_login(self.logged_in, agent.action_call(action)[0], observation)
         self.actions.append(action)
         self.observations.append(observation)
         self.sources.append(source)
 
     def agent_message(self, observation: str) -> str:
-        return agent.tool_response_message(clean_response(observation))
+        # Called for the step just observed: a repaired world-model answer reaches the agent as repaired.
+        repaired = self.wm_json_repair and self.sources and self.sources[-1] not in ("local", "feedback")
+        return agent.tool_response_message(self.observations[-1] if repaired else clean_response(observation))
 
     def fallback_observation(self, action: str) -> str:
         """The paper's substitute: an error body, which the agent reads as a failed call."""
@@ -113,11 +122,12 @@ class AppWorldEpisode:
         return {"world": self.world.to_dict(), "logged_in": list(self.logged_in), "actions": list(self.actions),
                 "observations": list(self.observations), "sources": list(self.sources), "malformed": self.malformed,
                 "layout": self.layout, "start_messages": [dict(m) for m in self.start_messages],
-                "paper_responder": self.paper_responder}
+                "paper_responder": self.paper_responder, "wm_json_repair": self.wm_json_repair}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AppWorldEpisode:
         return cls(world=World.from_dict(d["world"]), logged_in=list(d["logged_in"]), actions=list(d["actions"]),
                    observations=list(d["observations"]), sources=list(d["sources"]), malformed=int(d["malformed"]),
                    layout=d.get("layout", "ours"), start_messages=list(d.get("start_messages") or []),
-                   paper_responder=bool(d.get("paper_responder", False)))
+                   paper_responder=bool(d.get("paper_responder", False)),
+                   wm_json_repair=bool(d.get("wm_json_repair", False)))

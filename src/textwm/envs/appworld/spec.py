@@ -9,7 +9,8 @@
 * simulator: :class:`~textwm.envs.appworld.sim.AppWorldEpisode`; ``APPWORLD_WM_GUARD=0`` sends every call to
   the world model; ``APPWORLD_WM_PROMPT=paper`` queries it in the paper's layout (rows built with
   ``--prompt-style paper`` say so themselves, ``wm_prompt``); ``APPWORLD_PAPER_RESPONDER=1``
-  answers as the paper's plugin does where it can (records, canned writes);
+  answers as the paper's plugin does where it can (records, canned writes); ``APPWORLD_WM_JSON_REPAIR=1`` repairs
+  world-model answers as it does;
 * reward: :mod:`~textwm.envs.appworld.reward` (the answer against ``ground_truth``, credentials, placeholders,
   repeats); success: a question task answered right;
 * real env: :class:`~textwm.envs.appworld.real.AppWorldEnv`, the installed AppWorld apps in their own
@@ -33,6 +34,7 @@ from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 PAPER_RESPONDER_ENV = "APPWORLD_PAPER_RESPONDER"
+JSON_REPAIR_ENV = "APPWORLD_WM_JSON_REPAIR"
 
 
 class AppWorldSpec(EnvSpec):
@@ -116,7 +118,8 @@ class AppWorldSpec(EnvSpec):
             raise ValueError(f"AppWorld row {start.task_id!r}: wm_prompt {layout!r} is no WM prompt layout (use one "
                              f"of {', '.join(LAYOUTS)})")
         return AppWorldEpisode.start(world, layout=layout, start_messages=start.messages,
-                                     paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
+                                     paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False),
+                                     wm_json_repair=flag_from_env(JSON_REPAIR_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AppWorldEpisode:
         return AppWorldEpisode.from_dict(dict(data))
