@@ -49,20 +49,18 @@ class SimulatorStats:
         return {"local": self.local, "wm": self.wm, "fallback": self.fallback, "wm_errors": self.wm_errors}
 
 
-def guard_enabled(env_var: str) -> bool:
-    """The paper's switch: ``<ENV>_WM_GUARD=0`` sends every step to the world model."""
-    value = os.environ.get(env_var, "1").strip().lower()
-    if value not in ("0", "1", "false", "true", "no", "yes", ""):
-        raise ValueError(f"${env_var}={value!r}: use 0 (all steps to the world model) or 1 (local responder on)")
-    return value not in ("0", "false", "no")
-
-
-def flag_from_env(env_var: str, default: bool) -> bool:
-    """An on/off switch ``$<env_var>`` (1/0, true/false, yes/no), ``default`` when unset; ValueError otherwise."""
+def flag_from_env(env_var: str, default: bool, *, meaning: str = "1 (on) or 0 (off)") -> bool:
+    """An on/off switch ``$<env_var>`` (1/0, true/false, yes/no), ``default`` when unset; ValueError otherwise
+    (``meaning``: what the values mean, in the message)."""
     value = os.environ.get(env_var, "").strip().lower()
     if value not in ("0", "1", "false", "true", "no", "yes", ""):
-        raise ValueError(f"${env_var}={value!r}: use 1 (on) or 0 (off)")
+        raise ValueError(f"${env_var}={value!r}: use {meaning}")
     return default if not value else value in ("1", "true", "yes")
+
+
+def guard_enabled(env_var: str) -> bool:
+    """The paper's switch: ``<ENV>_WM_GUARD=0`` sends every step to the world model."""
+    return flag_from_env(env_var, True, meaning="0 (all steps to the world model) or 1 (local responder on)")
 
 
 def wm_prompt_from_env(env_var: str, layouts: Sequence[str]) -> str | None:

@@ -292,7 +292,8 @@ class EpisodeDriver:
         trajectory = Trajectory.from_dict(state["trajectory"])
         episode = self.spec.episode_from_dict(state["episode"])
         action = trajectory.reply(reply, self.rules)
-        started = time.perf_counter()
+        # Where a rollout's time goes besides the agent's generation (the env's or the simulator's answers).
+        timing, started = state.setdefault("timing", {}), time.perf_counter()
         if action is None:
             episode.unparseable()
             outcome = episode.outcome() if self.real is None else ongoing(episode, trajectory.outcome.score)
@@ -308,12 +309,9 @@ class EpisodeDriver:
             if step.source == FALLBACK:
                 self.counters.add(wm_fallbacks=1)
             if step.source == WM:
-                timing = state.setdefault("timing", {})
                 timing["wm_steps"] = timing.get("wm_steps", 0) + 1
                 timing["wm_seconds"] = timing.get("wm_seconds", 0.0) + time.perf_counter() - started
             trajectory.stepped(action, step)
-        # Where a rollout's time goes besides the agent's generation (the env's or the simulator's answers).
-        timing = state.setdefault("timing", {})
         timing["answer_seconds"] = timing.get("answer_seconds", 0.0) + time.perf_counter() - started
         state["episode"], state["trajectory"] = episode.to_dict(), trajectory.to_dict()
         self.counters.add(turns=1)

@@ -277,7 +277,7 @@ def system_prompt(world_text: str, tool: str, args: Mapping[str, Any]) -> str:
     error = validation_error(world_text, tool, args)
     section = SECTION_BY_TOOL.get(tool)
     matched, page = record_context(world_text, tool, args) if section and error is None else (0, [])
-    credentials = "\n".join(re.findall(r"- [\w_]+: username=[^,]+, password=\S+", world_text))
+    credentials = "\n".join(m.group(0) for m in _CREDENTIAL.finditer(world_text))
     task = re.search(r"Active task: (.*?)(?:\n|$)", world_text)
     date = re.search(r"Current date: (.*?)(?:\n|$)", world_text)
     key = RETURN_KEY_BY_SECTION.get(section or "", "data")
