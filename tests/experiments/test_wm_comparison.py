@@ -211,7 +211,7 @@ def test_arms_trained_at_once_give_the_same_models_as_one_at_a_time(tmp_path):
     assert "train/scratch/ar, train/scratch/sdar: training at once" in both.stdout
     for key in ("train/scratch/ar", "train/scratch/sdar"):
         assert (alone[key]["concurrent_arms"], together[key]["concurrent_arms"]) == (1, 2)
-        for field in ("train_loss", "data_digest", "answer_tokens_seen", "loss_curve"):
+        for field in ("data_digest", "answer_tokens_seen", "train_loss", "loss_curve"):
             assert together[key][field] == alone[key][field], (key, field)
     again, _ = trained(tmp_path / "one", "--parallel", "2")
     assert again.stdout.count("done earlier, skipped") >= 4

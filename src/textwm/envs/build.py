@@ -6,7 +6,9 @@ played into rows. Everything else is here, once: the worker processes, the order
 (``wm_{split}.jsonl``, ``rl_{split}.jsonl``, ``sft_{split}.jsonl``, all written atomically) and the
 dataset card (``dataset_card.{md,json}``).
 
-Jobs are seeded from (seed, task id), so the output does not depend on the number of workers.
+Jobs are seeded from (seed, task id), so the output does not depend on the number of workers. An env whose
+episodes depend on what its process played before (ScienceWorld: its gold paths do) says so with
+``fresh_env_per_job``, and each job then gets a new env.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ class DatasetBuilder(Protocol):
         """The small build of ``scripts/demo.sh`` (``demo``: its :class:`~textwm.demo.DemoConfig`); optional."""
         ...
 
-    # Optional class attributes, read with getattr: ``small_agent_tasks`` (tuple of task types a small agent can
+    # Optional class attributes, read with getattr: ``fresh_env_per_job`` (True: each job gets a new env, closed
+    # after it, because the env's episodes depend on what it played before; without it the output would
+    # depend on which jobs a worker happened to take), ``small_agent_tasks`` (tuple of task types a small agent can
     # finish from a few gold demos: the demo's and the comparison's default agent tasks, textwm.envs.task_types),
     # ``demo_defaults`` and ``demo_smoke`` (DemoConfig settings of this env's demo and of its --smoke).
 
@@ -133,12 +137,19 @@ _worker: dict[str, Any] = {}
 
 
 def _init_worker(builder: DatasetBuilder) -> None:
-    _worker["builder"], _worker["env"] = builder, builder.open_env()
+    _worker["builder"], _worker["env"], _worker["played"] = builder, builder.open_env(), False
 
 
 def _run(args: tuple[Job, BuildConfig]) -> JobResult:
     job, config = args
-    return _worker["builder"].run_job(_worker["env"], job, config)
+    builder = _worker["builder"]
+    if _worker["played"] and getattr(builder, "fresh_env_per_job", False):
+        close = getattr(_worker["env"], "close", None)
+        if close is not None:
+            close()
+        _worker["env"] = builder.open_env()
+    _worker["played"] = True
+    return builder.run_job(_worker["env"], job, config)
 
 
 def build(env: str | EnvSpec, config: BuildConfig) -> BuildReport:

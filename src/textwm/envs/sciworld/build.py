@@ -64,6 +64,9 @@ class SciWorldBuilder:
     """:class:`~textwm.envs.build.DatasetBuilder` of ScienceWorld."""
 
     config_class = SciWorldBuildConfig
+    #: ScienceWorld's gold path depends on what its JVM loaded before (the same variation walks through the
+    #: kitchen in a fresh JVM and the greenhouse after a melt task), so each job gets a JVM of its own (about 3 s).
+    fresh_env_per_job = True
     small_agent_tasks: ClassVar[tuple[str, ...]] = SMALL_AGENT_TASKS
     #: scripts/demo.sh: 10 held-out variations of each type (the agent's 20 episodes: a held-out success rate of
     #: ~0.15 shows up as non-zero with ~96% odds), 300 SFT steps on the demos.

@@ -31,8 +31,14 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_LIMIT = 10_000
 DEFAULT_SIMPLIFICATION = "easy"
 TASK_ID_RE = re.compile(r"^(?P<task>[a-z0-9-]+)_v(?P<variation>\d+)(?:_gen\d+)*$")
-#: JVM options for many concurrent envs (~400 MB each instead of 0.6-1.3 GB).
-JAVA_OPTIONS = "-Xmx384m -XX:+UseSerialGC"
+#: JVM options for many concurrent envs (~360 MB each instead of 0.6-1.3 GB), unless JAVA_TOOL_OPTIONS is set.
+#: G1 rather than the serial collector (~290 MB): with the serial one, a build of the same jobs gave three
+#: different datasets in six runs on a loaded machine; with G1 and the options below, sixteen runs gave one.
+JAVA_OPTIONS = "-Xmx384m -XX:+UseG1GC"
+#: Always on the JVM's command line: its compiler and GC threads started at once, not as the load comes. The
+#: order in which ScienceWorld lists a room's objects follows identity hashes, whose per-thread seeds depend on
+#: how many threads started before; with threads started by load, that order varied from run to run.
+REPRODUCIBLE_JVM_OPTIONS = ("-XX:-UseDynamicNumberOfCompilerThreads", "-XX:-UseDynamicNumberOfGCThreads")
 ROOMS = ("hallway", "kitchen", "outside", "foundry", "greenhouse", "workshop", "bedroom", "living room",
          "art studio", "bathroom")
 SPLITS = ("train", "dev", "test")
@@ -110,7 +116,8 @@ _LAUNCH_LOCK = threading.Lock()
 
 
 def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
-    """A ScienceWorld env in its own JVM (with the memory-lean JVM options unless set by the user).
+    """A ScienceWorld env in its own JVM (with the memory-lean JVM options unless set by the user, and the
+    reproducible ones always).
 
     The JVM's py4j gateway is started with an auth token (``launch_gateway(enable_auth=True)``), so no
     other local process can drive it. ScienceWorld builds its gateway inside its constructor, so the three
@@ -124,6 +131,7 @@ def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
     token: dict[str, str] = {}
 
     def launch_gateway(**kwargs: Any) -> tuple[int, Any]:
+        kwargs["javaopts"] = [*REPRODUCIBLE_JVM_OPTIONS, *kwargs.get("javaopts", ())]
         port, token["auth"], proc = jg.launch_gateway(enable_auth=True, **kwargs)
         return port, proc
 
