@@ -9,6 +9,7 @@ from textwm.generation.anchors import TemplateError, lay_out, parse_template, sl
 from textwm.generation.ar import ARDecoder
 from textwm.generation.sdar import SDARDecoder
 from textwm.generation.settings import DecodeSettings
+from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import load_model
 
 WORDS = ["You arrive at the countertop 1.", " On it, you see", " a mug 1", ", and", " nothing", ".", " The door",
@@ -59,11 +60,14 @@ def random_template(rng, max_tokens=24):
     return parts
 
 
-@pytest.fixture(scope="module", params=["sdar", "ar"])
-def family(request, tiny_sdar_dir, tiny_ar_dir):
-    loaded = load_model(tiny_sdar_dir if request.param == "sdar" else tiny_ar_dir, device="cpu", dtype="float32")
-    decoder = (SDARDecoder if request.param == "sdar" else ARDecoder)(loaded.model, loaded.spec)
-    return request.param, loaded, decoder
+DECODERS = {"sdar": SDARDecoder, "wedlm": WeDLMDecoder, "ar": ARDecoder}
+
+
+@pytest.fixture(scope="module", params=sorted(DECODERS))
+def family(request, tiny_sdar_dir, tiny_wedlm_dir, tiny_ar_dir):
+    path = {"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[request.param]
+    loaded = load_model(path, device="cpu", dtype="float32")
+    return request.param, loaded, DECODERS[request.param](loaded.model, loaded.spec)
 
 
 def encode(tokenizer):
@@ -78,7 +82,8 @@ def test_every_anchor_is_kept_byte_for_byte_in_order(family, temperature):
     prompts = [tok.encode(text) for text in ("State: kitchen\n\nAction: look", "go to hallway", "x")] * 3
     templates = [parse_template(random_template(rng), max_tokens=24) for _ in prompts]
     layouts = [lay_out(t, encode(tok), budget=24) for t in templates]
-    settings = DecodeSettings(gen_length=24, temperature=temperature, block_length=4, denoising_steps=2, seed=3)
+    settings = DecodeSettings(gen_length=24, temperature=temperature, block_length=4, denoising_steps=2, seed=3,
+                              window_size=8)
     answers = decoder.generate_anchored(prompts, layouts, settings, tok.decode)
     for template, got in zip(templates, answers):
         # The fixed strings stand verbatim and in order, the slots' decoded text between them.
@@ -88,21 +93,27 @@ def test_every_anchor_is_kept_byte_for_byte_in_order(family, temperature):
         assert all(len(slot) <= (size or 24) for slot, size in zip(got.slot_token_ids, template.slots))
         assert got.completion_tokens == sum(len(s) for s in got.slot_token_ids)
         assert not set(loaded.spec.stop_ids) & {t for s in got.slot_token_ids for t in s}
-        if name == "sdar":
+        if name == "sdar":     # (WeDLM, as upstream, does not ban the mask token)
             assert loaded.spec.mask_token_id not in {t for s in got.slot_token_ids for t in s}
 
 
-def test_sdar_never_overwrites_an_anchor_token(family):
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_diffusion_decoder_never_overwrites_an_anchor_token(family, temperature):
+    """The decoded canvas holds every anchor token at its position (the AR decoder has no canvas)."""
     name, loaded, decoder = family
-    if name != "sdar":
+    if name == "ar":
         pytest.skip("the canvas is the diffusion decoders'")
     tok = loaded.tokenizer
     rng = random.Random(11)
     prompts = [tok.encode(w) for w in WORDS[:6]]
     layouts = [lay_out(parse_template(random_template(rng)), encode(tok), budget=24) for _ in prompts]
-    rows = decoder._generate_rules(prompts, DecodeSettings(gen_length=24, temperature=0, block_length=4,
-                                                           denoising_steps=4),
-                                   torch.tensor([len(layout) for layout in layouts]), layouts=layouts)
+    settings = DecodeSettings(gen_length=24, temperature=temperature, block_length=4, denoising_steps=4,
+                              window_size=8, seed=5)
+    if name == "sdar":
+        rows = decoder._generate_rules(prompts, settings, torch.tensor([len(layout) for layout in layouts]),
+                                       layouts=layouts)
+    else:
+        rows = decoder._decode(prompts, settings, [len(layout) for layout in layouts], layouts)
     for layout, row in zip(layouts, rows):
         for pos, fixed in enumerate(layout.fixed[:len(row.token_ids)]):
             if fixed is not None:
@@ -113,7 +124,7 @@ def test_a_prefix_template_equals_a_forced_prefix(family):
     """["prefix", {}]: greedy, the same tokens as decoding with the prefix appended to the prompt."""
     _, loaded, decoder = family
     tok = loaded.tokenizer
-    settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=4)
+    settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=4, window_size=8)
     for text, prefix in (("State: kitchen\n\nAction: look", "This room is called the kitchen."),
                          ("go", " You move to the"), ("x", "a")):
         prompt, forced = tok.encode(text), encode(tok)(prefix)

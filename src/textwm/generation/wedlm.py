@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from textwm.generation.anchors import AnchoredAnswer, Layout, answer, slots_of
 from textwm.generation.base import Generation, MaskDecoder, grow_kv_buffers
 from textwm.generation.sampling import logits_entropy, sample_filter_first
 from textwm.generation.settings import DecodeSettings
@@ -148,6 +149,29 @@ def commit_run(result: Generation, run: Sequence[int], budget: int, stop_ids: se
     return False
 
 
+def commit_anchored(result: Generation, run: Sequence[int], layout: Layout, stop_ids: set[int]) -> bool:
+    """Anchored decoding's :func:`commit_run`: the run is appended up to the layout's end, stop ids included
+    (they end a closed slot's content, :func:`~textwm.generation.anchors.slots_of`); a stop id in the open
+    last slot ends the row. True when the row is finished."""
+    for tok in run:
+        offset = len(result.token_ids)
+        if offset >= len(layout):
+            return True
+        result.token_ids.append(tok)
+        if offset >= layout.open_from and tok in stop_ids:
+            result.finish_reason = "stop"
+            return True
+    return len(result.token_ids) >= len(layout)
+
+
+def anchored_slots(layout: Layout | None, first: int, count: int) -> Window:
+    """``count`` new window slots from answer position ``first``: a layout's anchor token where it has one,
+    else a mask."""
+    if layout is None:
+        return [None] * count
+    return [layout.fixed[i] if i < len(layout) else None for i in range(first, first + count)]
+
+
 class WeDLMDecoder(MaskDecoder):
     """Streaming parallel decoder over a loaded WeDLM model (any transformers causal LM class)."""
 
@@ -198,20 +222,42 @@ class WeDLMDecoder(MaskDecoder):
             raise ValueError("gen_lengths must give a positive length for every prompt")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: WeDLM decoding needs at least one prompt token")
+        return self._decode(prompts, settings, list(gen_lengths) if gen_lengths is not None
+                            else [settings.gen_length] * len(prompts))
+
+    @torch.no_grad()
+    def generate_anchored(self, prompts: Sequence[Sequence[int]], layouts: Sequence[Layout],
+                          settings: DecodeSettings, decode: Any) -> list[AnchoredAnswer]:
+        """Fill each row's template (:mod:`textwm.generation.anchors`): every slot that enters the window at an
+        anchor's position holds the anchor token from the start (a filled slot, fed before the masks and never
+        redrawn), so the masks around it are predicted with it in view; the rest as :meth:`generate`."""
+        if len(layouts) != len(prompts) or any(len(layout) == 0 for layout in layouts):
+            raise ValueError("every prompt needs a non-empty layout")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt: WeDLM decoding needs at least one prompt token")
+        rows = self._decode(prompts, settings, [len(layout) for layout in layouts], layouts)
+        out = []
+        for layout, row in zip(layouts, rows):
+            slots, finish = slots_of(layout, row.token_ids, self.stop_ids)
+            out.append(answer(layout, slots, decode, finish, row.num_forwards))
+        return out
+
+    def _decode(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings, budgets: list[int],
+                layouts: Sequence[Layout] | None = None) -> list[Generation]:
         dev, width = self.device, settings.window_size
         gen = torch.Generator(device=dev).manual_seed(settings.seed) if settings.seed is not None else None
         n = len(prompts)
-        budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * n
+        layout_of = list(layouts) if layouts is not None else [None] * n
         # A row's forward writes at most 2W slots past its committed prefix (< prompt + budget).
         cache, pad = self._prefill(prompts, max(budgets) + 2 * width)
 
         results = [Generation(token_ids=[], finish_reason="length", num_forwards=1) for _ in range(n)]
-        windows: list[Window] = [[None] * width for _ in range(n)]
+        windows: list[Window] = [anchored_slots(layout_of[r], 0, width) for r in range(n)]
         rows = list(range(n))                                                      # original index per active row
         while rows:
             runs = [leading_run(windows[r]) for r in rows]
-            for r, run in zip(rows, runs):
-                windows[r] = windows[r] + [None] * run                             # refill before the forward
+            for r, run in zip(rows, runs):                                         # refill before the forward
+                windows[r] = windows[r] + anchored_slots(layout_of[r], len(results[r].token_ids) + len(windows[r]), run)
             orders = [feed_order(windows[r]) for r in rows]
             ids, positions = self._window_inputs([windows[r] for r in rows],
                                                  [len(prompts[r]) + len(results[r].token_ids) for r in rows], orders)
@@ -219,13 +265,16 @@ class WeDLMDecoder(MaskDecoder):
 
             # Every mask slot of every row (each window has one: the refill or its first slot), scored
             # and drawn in one call on the raw logits.
+            # (With anchors a window can hold no mask: then it only commits.)
             mask_slots = [(k, slot) for k, (r, order) in enumerate(zip(rows, orders))
                           for slot, i in enumerate(order) if windows[r][i] is None]
-            ks, slots = (torch.tensor(x, device=dev) for x in zip(*mask_slots))
-            raw = logits[ks, slots]
-            tokens = sample_filter_first(raw, temperature=settings.temperature, top_k=settings.top_k,
-                                         top_p=settings.top_p, generator=gen).tokens.tolist()
-            ent = logits_entropy(raw).tolist()
+            tokens, ent = [], []
+            if mask_slots:
+                ks, slots = (torch.tensor(x, device=dev) for x in zip(*mask_slots))
+                raw = logits[ks, slots]
+                tokens = sample_filter_first(raw, temperature=settings.temperature, top_k=settings.top_k,
+                                             top_p=settings.top_p, generator=gen).tokens.tolist()
+                ent = logits_entropy(raw).tolist()
 
             finished, cursor = [], 0
             for k, (r, run) in enumerate(zip(rows, runs)):
@@ -234,11 +283,15 @@ class WeDLMDecoder(MaskDecoder):
                 masks = [i for i, t in enumerate(window) if t is None]
                 row_tokens, row_ent = tokens[cursor:cursor + len(masks)], ent[cursor:cursor + len(masks)]
                 cursor += len(masks)
-                if commit_run(results[r], window[:run], budgets[r], self.stop_ids):
+                done = (commit_run(results[r], window[:run], budgets[r], self.stop_ids) if layout_of[r] is None
+                        else commit_anchored(results[r], window[:run], layout_of[r], self.stop_ids))
+                if done:
                     finished.append(k)
                     continue
-                for j in positions_to_fill(row_ent, masks, settings.entropy_threshold, settings.position_penalty):
-                    window[masks[j]] = row_tokens[j]
+                if masks:
+                    for j in positions_to_fill(row_ent, masks, settings.entropy_threshold,
+                                               settings.position_penalty):
+                        window[masks[j]] = row_tokens[j]
                 windows[r] = window[run:]                                          # W slots again
             cache.commit(torch.tensor(runs, device=dev))
             if finished:
