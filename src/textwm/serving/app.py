@@ -243,6 +243,8 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
             return error_response(request, 422, validation_message(exc), "invalid_request_error")
         try:
             prepared = await prepare(body)
+            if prepared.layouts is not None:
+                return await serve_anchored(request, prepared, format_)
             submission = engine.submit(prepared)
         except (UnknownModel, RequestError, QueueFull) as exc:
             return error_response(request, *_error_status(exc))
@@ -257,6 +259,21 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
         if collected is None:
             return error_response(request, CLIENT_CLOSED, "the client closed the connection", "client_closed")
         return JSONResponse(fmt.response(*collected, _usage(submission)).model_dump())
+
+    async def serve_anchored(request: Request, prepared: Prepared, format_: type) -> Any:
+        """A request with a ``response_template``: every row's filled template, returned whole."""
+        try:
+            answers = await engine.answer_anchored(prepared)
+        except DecodeFailed as exc:
+            metrics.failed_requests += 1
+            return error_response(request, *_error_status(exc))
+        completion = sum(a.completion_tokens for a in answers)
+        usage = Usage(prompt_tokens=prepared.prompt_tokens, completion_tokens=completion,
+                      total_tokens=prepared.prompt_tokens + completion,
+                      decoder_forwards=sum(a.num_forwards for a in answers))
+        fmt = format_(model, prepared, False)
+        return JSONResponse(fmt.response([a.text for a in answers], [a.finish_reason for a in answers],
+                                         usage).model_dump())
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

@@ -25,7 +25,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from textwm.generation.decoders import make_decoder
+from textwm.generation.anchors import AnchoredAnswer, Layout, lay_out, parse_template
+from textwm.generation.anchors import TemplateError as AnchorTemplateError
+from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.serving.metrics import ServerMetrics
@@ -147,6 +149,8 @@ class Prepared:
     stops: list[str]
     #: Legacy completions with ``echo``: each row's prompt text (its text starts with it).
     echo: list[str] | None = None
+    #: An anchored request (``response_template``): each row's layout (:mod:`textwm.generation.anchors`).
+    layouts: list[Layout] | None = None
 
 
 class Engine:
@@ -165,6 +169,9 @@ class Engine:
         self._templates: TemplateSandbox | None = None
         self._told_overrides_ignored = False
         self._decode = text_decoder(loaded.tokenizer)
+        # Anchored requests: the family's reference decoder on the same weights, one batch at a time.
+        self._anchored_lock = threading.Lock()
+        self._anchored_decoder: Any = None
         self._mailbox: LoopMailbox | None = None
         self._lowered_switch = False   # this engine holds the lowered switch interval (start() to stop())
         if self.family == "sdar":
@@ -370,7 +377,8 @@ class Engine:
         self.settings_for(request)  # bad settings fail before the (slower) template work
         prompt = await asyncio.to_thread(self.encode, request)  # tokenising and templating: off the event loop
         settings, max_tokens, rows = self._rows(request, [prompt])
-        return Prepared(rows, settings, max_tokens, len(prompt), stops)
+        return Prepared(rows, settings, max_tokens, len(prompt), stops,
+                        layouts=self._layouts(request, settings, max_tokens, rows))
 
     async def prepare_completion(self, request: CompletionRequest) -> Prepared:
         """Check and tokenise a legacy completions request (no chat template)."""
@@ -383,7 +391,55 @@ class Engine:
         if request.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in request.prompts()]
             echo = [t for t in texts for _ in range(request.n)]
-        return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), stops, echo)
+        return Prepared(rows, settings, max_tokens, sum(len(p) for p in prompts), stops, echo,
+                        layouts=self._layouts(request, settings, max_tokens, rows))
+
+    # --- anchored requests -----------------------------------------------------------------------
+
+    def _layouts(self, request: SamplingRequest, settings: DecodeSettings, max_tokens: int,
+                 rows: list[list[int]]) -> list[Layout] | None:
+        """Each row's layout of the request's ``response_template`` (None without one); RequestError naming the
+        problem (the template's item, or what it cannot be combined with)."""
+        if request.response_template is None:
+            return None
+        if request.stream:
+            raise RequestError("response_template: an anchored answer is returned whole; send stream=false")
+        if request.stop_strings():
+            raise RequestError("response_template: stop strings do not apply to an anchored answer (a slot ends "
+                               "at a stop id or its size); leave stop out")
+        if self.family == "sdar" and settings.sdar_rules == "lmdeploy":
+            raise RequestError("response_template: anchored decoding runs under the generate rules; this server "
+                               "decodes SDAR under lmdeploy's (--sdar-rules generate)")
+        try:
+            template = parse_template(request.response_template, max_tokens=max_tokens)
+        except AnchorTemplateError as exc:
+            raise RequestError(str(exc)) from None
+        layout = lay_out(template, lambda text: self.tokenizer.encode(text, add_special_tokens=False), max_tokens)
+        longest = max(len(p) for p in rows)
+        if longest + len(layout) > self.config.max_model_len:
+            raise RequestError(f"prompt ({longest} tokens) + the filled template ({len(layout)} tokens, its fixed "
+                               f"strings included) exceeds the server's max_model_len {self.config.max_model_len}")
+        return [layout] * len(rows)
+
+    async def answer_anchored(self, prepared: Prepared) -> list[AnchoredAnswer]:
+        """The filled templates of an anchored request's rows (off the event loop).
+
+        The family's reference decoder fills them on the model's weights, beside the worker's running rows (one
+        anchored batch at a time); the static engine does not take templates."""
+        assert prepared.layouts is not None
+        self.metrics.anchored_requests += 1
+        return await asyncio.to_thread(self._answer_anchored, prepared)
+
+    def _answer_anchored(self, prepared: Prepared) -> list[AnchoredAnswer]:
+        with self._anchored_lock:
+            if self._anchored_decoder is None:
+                self._anchored_decoder = reference_decoder(self.loaded.model, self.loaded.spec,
+                                                           pad_token_id=self.tokenizer.pad_token_id)
+            try:
+                return self._anchored_decoder.generate_anchored(prepared.prompts, prepared.layouts,
+                                                                prepared.settings, self.tokenizer.decode)
+            except Exception as exc:
+                raise DecodeFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def submit(self, prepared: Prepared) -> Submission:
         """Queue a prepared request's rows (QueueFull when the queue is full); call on the event loop.

@@ -28,6 +28,8 @@ class ServerMetrics:
     stream_errors: int = 0
     #: Faults of the worker thread outside the decoder's own error handling (logged; the worker carries on).
     worker_errors: int = 0
+    #: Requests with a response_template (decoded beside the running rows by the reference decoder).
+    anchored_requests: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     #: Rows in the decoder now (set by the worker thread).
@@ -85,6 +87,8 @@ class ServerMetrics:
                     self.stream_errors),
             *metric("failed_requests_total", "counter", "Requests failed by a decoder error.", self.failed_requests),
             *metric("worker_errors_total", "counter", "Worker faults outside the decoder (logged).", self.worker_errors),
+            *metric("anchored_requests_total", "counter", "Requests with a response_template.",
+                    self.anchored_requests),
             *metric("queue_depth", "gauge", "Requests waiting for the decoder.", queue_depth),
             *metric("rows_running", "gauge", "Rows in the decoder now (batch occupancy).", self.rows_running),
             *metric("decode_steps_total", "counter", "Decoder steps run (batch scheduler: batches).", self.steps),

@@ -94,6 +94,8 @@ class SamplingRequest(BaseModel):
     window_size: int | None = Field(default=None, ge=1, le=256)
     entropy_threshold: float | None = Field(default=None, ge=0.0)
     position_penalty: float | None = Field(default=None, ge=0.0)
+    # An anchored answer: fixed strings kept verbatim and {"fill": N} slots (textwm.generation.anchors).
+    response_template: list[Any] | None = Field(default=None, max_length=256)
 
     @model_validator(mode="after")
     def _consistent(self) -> SamplingRequest:
@@ -314,6 +316,8 @@ class WMInput(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
+    #: Forwarded as the chat request's ``response_template`` (the native server's anchored answers).
+    response_template: list[Any] | None = Field(default=None, max_length=256)
 
     @model_validator(mode="before")
     @classmethod

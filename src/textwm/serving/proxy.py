@@ -1,7 +1,7 @@
 """The WM proxy: the paper's world-model payload in, an OpenAI chat completion upstream.
 
 ``POST /`` accepts ``{"input": {system_prompt, state, action, max_tokens, num_diffusion_steps?,
-diffusion_steps?, temperature?, repetition_penalty?}}`` (or the object without ``input``) and
+diffusion_steps?, temperature?, repetition_penalty?, response_template?}}`` (or the object without ``input``) and
 sends upstream the chat request the paper's proxy builds: a system message (if any) and
 ``State: <state>\\n\\nAction: <action>`` (strings as given, anything else ``json.dumps``),
 ``chat_template_kwargs: {"enable_thinking": false}``. The model id comes from the upstream's
@@ -159,6 +159,11 @@ class Upstream:
             body["repetition_penalty"] = penalty
         if self.kind == "native" and wm.steps() is not None:
             body["num_diffusion_steps"] = wm.steps()
+        if wm.response_template is not None:
+            if self.kind != "native":
+                raise ProxyError(400, f"response_template needs the native server upstream; this upstream is "
+                                      f"{self.kind} (lmdeploy and vLLM take no template)")
+            body["response_template"] = wm.response_template
         return body
 
     async def generate(self, wm: WMInput) -> dict:
