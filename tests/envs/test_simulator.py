@@ -37,7 +37,8 @@ def test_local_answers_first_then_the_world_model(wm_proxy):
     assert sim.step(ep, "teleport to kitchen").observation == "You teleport to the kitchen."
     step = sim.step(ep, "open fridge")
     assert (step.observation, step.source) == ("The fridge is now open.", WM)
-    assert ep.sources == [LOCAL, LOCAL, WM] and sim.stats.as_dict() == {"local": 2, "wm": 1, "fallback": 0, "wm_errors": 0}
+    assert ep.sources == [LOCAL, LOCAL, WM] and sim.stats.as_dict() == {"local": 2, "wm": 1, "fallback": 0, "anchored": 0,
+                                                                "wm_errors": 0}
     assert len(wm_proxy.requests) == 1
     ep2 = SciWorldEpisode.from_dict(ep.to_dict())
     assert ep2.tracker.room == "kitchen" and ep2.sources == ep.sources

@@ -92,14 +92,27 @@ class WMResult:
 
 
 def _payload(system_prompt: Any, state: Any, action: Any, max_tokens: int, temperature: float,
-             num_diffusion_steps: int | None, top_p: float | None = None) -> dict:
+             num_diffusion_steps: int | None, top_p: float | None = None,
+             response_template: list | None = None) -> dict:
     inp = {"system_prompt": system_prompt, "state": state, "action": action, "max_tokens": max_tokens,
            "temperature": temperature}
     if num_diffusion_steps is not None:
         inp["num_diffusion_steps"] = num_diffusion_steps
     if top_p is not None:
         inp["top_p"] = top_p
+    if response_template is not None:
+        inp["response_template"] = fit_template(response_template, max_tokens)
     return {"input": inp}
+
+
+def fit_template(template: list, max_tokens: int) -> list:
+    """``template`` with its slot sizes scaled down, each to at least 1, so that they fit ``max_tokens``."""
+    sizes = [p["fill"] for p in template if isinstance(p, dict) and p.get("fill") is not None]
+    total = sum(sizes)
+    if total <= max_tokens:
+        return template
+    return [{"fill": max(1, p["fill"] * max_tokens // total)} if isinstance(p, dict) and p.get("fill") else p
+            for p in template]
 
 
 def _result(resp: httpx.Response) -> WMResult:

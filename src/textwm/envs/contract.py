@@ -41,6 +41,9 @@ class WMQuery:
     system_prompt: str
     state: str
     action: str
+    #: The part of the answer the responder knows, as a ``response_template`` (fixed strings and ``{"fill": N}``
+    #: slots: :mod:`textwm.generation.anchors`); None: the whole answer is the world model's.
+    response_template: list | None = None
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class Step:
     message: str | None = None
     #: What the env reported beside the observation (the real env's step info: admissible commands, ...).
     info: Mapping[str, Any] = field(default_factory=dict)
+    #: The world model filled a template of what the responder knew (an anchored request).
+    anchored: bool = False
 
 
 @dataclass

@@ -42,11 +42,14 @@ class SimulatorStats:
     wm: int = 0
     #: Steps answered by the fallback observation after a WM failure (each also counted in ``wm_errors``).
     fallback: int = 0
+    #: WM steps sent with a template of what the responder knew (each also counted in ``wm``).
+    anchored: int = 0
     wm_errors: int = 0
     last_errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"local": self.local, "wm": self.wm, "fallback": self.fallback, "wm_errors": self.wm_errors}
+        return {"local": self.local, "wm": self.wm, "fallback": self.fallback, "anchored": self.anchored,
+                "wm_errors": self.wm_errors}
 
 
 def flag_from_env(env_var: str, default: bool, *, meaning: str = "1 (on) or 0 (off)") -> bool:
@@ -101,8 +104,9 @@ class Simulator:
         if self.wm is None:
             return self._failed(episode, "no world model configured for a step the responder cannot answer")
         q = episode.wm_query(action)
+        anchors = {} if q.response_template is None else {"response_template": q.response_template}
         try:
-            result = self.wm.predict(q.system_prompt, q.state, q.action)
+            result = self.wm.predict(q.system_prompt, q.state, q.action, **anchors)
         except WMError as exc:
             error = f"{type(exc).__name__}: {exc}"
             if self.on_wm_error == "fallback":
@@ -111,13 +115,16 @@ class Simulator:
                 return self._answered(episode, action, episode.fallback_observation(action), FALLBACK)
             log.warning("world model failed on %r: %s", action, exc)
             return self._failed(episode, error)
-        return self._answered(episode, action, result.observation, WM)
+        return self._answered(episode, action, result.observation, WM, anchored=bool(anchors))
 
-    def _answered(self, episode: SimEpisode, action: str, observation: str, source: str) -> Step:
+    def _answered(self, episode: SimEpisode, action: str, observation: str, source: str, *,
+                  anchored: bool = False) -> Step:
         episode.observe(action, observation, source)
         with self._lock:
             setattr(self.stats, source, getattr(self.stats, source) + 1)
-        return Step(observation, episode.outcome(), source=source, message=episode.agent_message(observation))
+            self.stats.anchored += anchored
+        return Step(observation, episode.outcome(), source=source, message=episode.agent_message(observation),
+                    anchored=anchored)
 
     def _failed(self, episode: SimEpisode, error: str) -> Step:
         self._count_error(error)

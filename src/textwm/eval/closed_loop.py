@@ -249,6 +249,7 @@ def evaluate_agent_wm(spec: EnvSpec, starts: Sequence[TaskStart], agent: Agent, 
     summary.update({"seconds": round(time.perf_counter() - started, 2),
                     "local_steps": after["local"] - before["local"], "wm_steps": after["wm"] - before["wm"],
                     "fallback_steps": after["fallback"] - before["fallback"],
+                    "anchored_wm_steps": after["anchored"] - before["anchored"],
                     "wm_step_errors": after["wm_errors"] - before["wm_errors"], "responder": simulator.use_local,
                     "on_wm_error": simulator.on_wm_error,
                     "wm_endpoint": getattr(simulator.wm, "endpoint", None)})

@@ -196,6 +196,8 @@ class RolloutCounters:
     wm_errors: int = 0
     #: Steps answered by the fallback observation after a WM failure (``$WM_ON_ERROR=fallback``).
     wm_fallbacks: int = 0
+    #: WM steps sent with a template of what the responder knew (anchored requests).
+    wm_anchored: int = 0
     #: Real rollouts whose env server failed (the episode ends as ``env_error``).
     env_errors: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -207,7 +209,8 @@ class RolloutCounters:
 
     def as_dict(self) -> dict[str, int]:
         return {"episodes": self.episodes, "turns": self.turns, "unparseable": self.unparseable,
-                "wm_errors": self.wm_errors, "wm_fallbacks": self.wm_fallbacks, "env_errors": self.env_errors}
+                "wm_errors": self.wm_errors, "wm_fallbacks": self.wm_fallbacks, "wm_anchored": self.wm_anchored,
+                "env_errors": self.env_errors}
 
 
 @dataclass
@@ -308,6 +311,8 @@ class EpisodeDriver:
             step = self.simulator.step(episode, action)
             if step.source == FALLBACK:
                 self.counters.add(wm_fallbacks=1)
+            if step.anchored:
+                self.counters.add(wm_anchored=1)
             if step.source == WM:
                 timing["wm_steps"] = timing.get("wm_steps", 0) + 1
                 timing["wm_seconds"] = timing.get("wm_seconds", 0.0) + time.perf_counter() - started

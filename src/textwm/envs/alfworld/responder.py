@@ -4,7 +4,8 @@ Texts are the TWL2 grammar's (``alfred.twl2``): "You arrive at X. The X is close
 X is open. In it, you see ...", "You pick up the O from the R.", "You move the O to the R.", "You heat the
 O using the R.", "You turn on the L.", inventory, examine, look and help. A command that is not
 admissible gets the game's "Nothing happens.". None (ask the world model) where the state does not
-decide: what lies in a receptacle the row did not describe.
+decide: what lies in a receptacle the row did not describe. There :func:`known_frame` gives what the state
+does decide, the sentence around the unknown listing, as a template for the world model to fill.
 """
 
 from __future__ import annotations
@@ -40,6 +41,32 @@ def receptacle_view(t: Tracker, receptacle: str) -> str | None:
     if rec is not None and rec.openable:
         return f"The {receptacle} is open. In it, you see {items}."
     return f"On the {receptacle}, you see {items}."
+
+
+#: Tokens a listing slot may take (a receptacle of a dozen objects: "a mug 1, a fork 2, ... and a spoon 1").
+LISTING_TOKENS = 64
+
+
+def known_frame(t: Tracker, action: str) -> list | None:
+    """The part of ``action``'s observation the state decides around an unknown receptacle's listing, as a
+    ``response_template`` (its fixed text and a listing slot); None where :func:`respond` answers whole or the
+    state decides nothing (the grammar's texts, as :func:`respond`'s)."""
+    admissible = t.admissible()
+    if admissible is None or action not in admissible:
+        return None
+    verb, _, rest = action.partition(" ")
+    target = rest.removeprefix("to ") if verb == "go" else rest
+    if verb not in ("go", "open", "examine") or target not in t.unknown or not t.is_receptacle(target):
+        return None
+    if verb == "open":
+        return [f"You open the {target}. The {target} is open. In it, you see ", {"fill": LISTING_TOKENS}, "."]
+    if t.is_closed(target):
+        return None                       # "The X is closed.": respond() has it
+    rec = t.scene.receptacle(target)
+    view = (f"The {target} is open. In it, you see " if rec is not None and rec.openable
+            else f"On the {target}, you see ")
+    arrive = f"You arrive at {target}. " if verb == "go" else ""
+    return [arrive + view, {"fill": LISTING_TOKENS}, "."]
 
 
 def object_view(t: Tracker, obj: str) -> str:

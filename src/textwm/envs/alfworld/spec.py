@@ -29,11 +29,14 @@ from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import LAYOUTS, AlfWorldEpisode
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession, ResetResult
-from textwm.envs.simulator import wm_prompt_from_env
+from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
 
 log = logging.getLogger(__name__)
 #: ``paper``: the simulator queries the world model in the paper's layout (``scene``: ours, the default).
 WM_PROMPT_ENV = "ALFWORLD_WM_PROMPT"
+#: ``1``: a step whose observation the state decides around an unknown listing goes to the world model as a
+#: template of the known text (an anchored request; the native server only).
+ANCHORS_ENV = "ALFWORLD_WM_ANCHORS"
 _PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -116,7 +119,7 @@ class AlfWorldSpec(EnvSpec):
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
         layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or start.sim_task.wm_prompt
         return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout,
-                                     lenient=lenient_enabled())
+                                     lenient=lenient_enabled(), anchors=flag_from_env(ANCHORS_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AlfWorldEpisode:
         return AlfWorldEpisode.from_dict(dict(data))

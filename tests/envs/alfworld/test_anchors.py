@@ -1,0 +1,57 @@
+"""ALFWorld's anchored steps: what the state decides around an unknown listing goes to the world model as a
+template (``ALFWORLD_WM_ANCHORS=1``), through the WM client and proxy to a real native server (tiny SDAR)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.envs.alfworld.test_rows import paper_row
+from textwm.envs import get_env
+from textwm.envs.alfworld.responder import LISTING_TOKENS
+
+SPEC = get_env("alfworld")
+
+
+def episode():
+    return SPEC.start_episode(SPEC.load_row(paper_row(), need_sim=True))
+
+
+def test_the_known_frame_of_an_unknown_listing_is_the_template(monkeypatch):
+    assert episode().wm_query("go to fridge 1").response_template is None          # off by default
+    monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "1")
+    ep = episode()
+    assert ep.local_answer("go to fridge 1") is None                               # the contents are unknown
+    assert ep.wm_query("go to fridge 1").response_template == [
+        "You arrive at fridge 1. The fridge 1 is open. In it, you see ", {"fill": LISTING_TOKENS}, "."]
+    assert ep.wm_query("examine fridge 1").response_template is None               # not admissible from here
+    # Answered whole by the responder (a closed cabinet) or not a listing (inventory): no template.
+    assert ep.wm_query("go to cabinet 2").response_template is None
+    assert ep.wm_query("inventory").response_template is None
+    again = SPEC.episode_from_dict(ep.to_dict())
+    assert again.wm_query("go to fridge 1").response_template is not None
+
+
+def test_an_anchored_step_through_the_proxy_keeps_the_known_text(monkeypatch, tiny_sdar_dir):
+    pytest.importorskip("uvicorn")
+    from tests.loopback import serving
+    from textwm.clients.wm import WMClient
+    from textwm.envs.simulator import Simulator
+    from textwm.generation.settings import DecodeSettings
+    from textwm.models.checkpoint import load_model
+    from textwm.serving.app import create_app
+    from textwm.serving.engine import Engine, EngineConfig
+    from textwm.serving.proxy import ProxyConfig, create_proxy_app
+
+    monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "1")
+    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
+    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=2048, max_batch_size=4,
+                                         defaults=DecodeSettings(gen_length=16, temperature=0)))
+    with serving(create_app(engine, host="127.0.0.1")) as upstream, \
+            serving(create_proxy_app(ProxyConfig(upstream=upstream, timeout_s=60), host="127.0.0.1")) as proxy:
+        simulator = Simulator(WMClient(proxy + "/", max_tokens=12))
+        ep = episode()
+        step = simulator.step(ep, "go to fridge 1")
+    assert step.error is None and step.source == "wm" and step.anchored
+    assert step.observation.startswith("You arrive at fridge 1. The fridge 1 is open. In it, you see ")
+    assert step.observation.endswith(".")
+    assert simulator.stats.as_dict()["anchored"] == 1
