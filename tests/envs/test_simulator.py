@@ -98,3 +98,25 @@ def test_the_prompt_style_travels_with_the_task():
     bad = EpisodeTracker(dataclasses.replace(TASK, prompt_style="tiny"))
     with pytest.raises(ValueError, match="unknown WM prompt style"):
         wm_messages(bad, "look")
+
+
+def test_a_look_the_responder_cannot_answer_goes_as_a_template_of_the_known_lines(monkeypatch):
+    from textwm.envs.sciworld.responder import LISTING_TOKENS
+
+    ep = SciWorldEpisode.start(TASK)
+    ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
+    assert ep.local_answer("look around") is None                        # the kitchen's contents change
+    assert ep.wm_query("look around").response_template is None          # off by default
+    ep = SciWorldEpisode.start(TASK, anchors=True)
+    ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
+    assert ep.wm_query("look around").response_template == [
+        "This room is called the kitchen. In it, you see: \n", {"fill": LISTING_TOKENS},
+        "\nYou also see:\n\tA door to the hallway (that is open)"]
+    assert ep.wm_query("open fridge").response_template is None
+    assert SciWorldEpisode.from_dict(ep.to_dict()).wm_query("look").response_template is not None
+    monkeypatch.setenv("SCIWORLD_WM_ANCHORS", "1")
+    from textwm.envs import get_env
+    from textwm.envs.contract import TaskStart
+
+    assert get_env("sciworld").start_episode(TaskStart(task_id="boil_v0", family="boil", messages=(),
+                                                       sim_task=TASK)).anchors

@@ -189,6 +189,32 @@ def _look(tracker: EpisodeTracker) -> str | None:
     return tracker.task.room_map.get(room)
 
 
+#: Tokens a room's listing slot may take, and its door list's (when a door changed since the row was baked).
+LISTING_TOKENS = 96
+DOOR_TOKENS = 48
+_LISTING_START = re.compile(r"(?:In it, you see|Here you see): ?\n")
+_DOORS = "\nYou also see:\n"
+
+
+def known_frame(tracker: EpisodeTracker, action: str) -> list | None:
+    """The part of a look's answer the state decides when :func:`respond` cannot answer it whole (what lies in a
+    room changed, or was never baked as stable): the room's name line and, unless a door changed, its door list
+    (from the row's baked look of that room), around a slot for the objects, as a ``response_template``. None for
+    every other action, or a room the row has no look of."""
+    a = normalize_action(action)
+    if a not in ("look around", "look") or tracker.awaiting_choice():
+        return None
+    baked = tracker.task.room_map.get(tracker.room or "")
+    start = _LISTING_START.search(baked or "")
+    doors_at = baked.find(_DOORS) if baked else -1
+    if start is None or doors_at < start.end():
+        return None
+    head = baked[:start.end()]
+    if tracker.doors_changed:
+        return [head, {"fill": LISTING_TOKENS}, _DOORS, {"fill": DOOR_TOKENS}]
+    return [head, {"fill": LISTING_TOKENS}, baked[doors_at:]]
+
+
 def _unchanged_since_last_look(tracker: EpisodeTracker) -> bool:
     """The latest step that cost time came before the agent's latest look (here)."""
     for action, observation in reversed(tracker.history):

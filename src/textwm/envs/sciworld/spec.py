@@ -8,7 +8,8 @@
   + trajectory outcome); ``SCIWORLD_WM_GUARD=0`` sends every step to the world model;
   ``SCIWORLD_WM_PROMPT=paper`` (or ``full`` / ``compact``) overrides the WM prompt layout the rows carry;
   ``SCIWORLD_PAPER_RESPONDER=1`` answers locally as the paper's plugin does (teleports, "(1 tick passes)", its
-  tracked inventory, focus on an unknown name refused) instead of with the responder;
+  tracked inventory, focus on an unknown name refused) instead of with the responder; ``SCIWORLD_WM_ANCHORS=1``
+  sends a look it cannot answer whole as a template of the room's known lines (``responder.known_frame``);
 * reward: score / 100; a wrong focus keeps the progress before it, a loop or a streak its progress
   minus 0.1 (:func:`~textwm.envs.sciworld.reward.reward`); success: score 100; the paper's rule
   (:func:`~textwm.envs.sciworld.reward.paper_reward`) with ``reward: paper``;
@@ -63,6 +64,9 @@ def _clean_sim_task(sim: Any) -> Any:
 #: in the paper's layout, e.g. on the paper's released rows, whose start state is baked here).
 WM_PROMPT_ENV = "SCIWORLD_WM_PROMPT"
 PAPER_RESPONDER_ENV = "SCIWORLD_PAPER_RESPONDER"
+#: ``1``: a look the responder cannot answer whole goes to the world model as a template of the room's name line
+#: and door list around its objects (an anchored request; the native server only).
+ANCHORS_ENV = "SCIWORLD_WM_ANCHORS"
 
 
 class SciWorldSpec(EnvSpec):
@@ -157,7 +161,8 @@ class SciWorldSpec(EnvSpec):
         layout = wm_prompt_from_env(WM_PROMPT_ENV, PROMPT_STYLES)
         if layout and layout != task.prompt_style:
             task = dataclasses.replace(task, prompt_style=layout)
-        return SciWorldEpisode.start(task, start.messages, paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
+        return SciWorldEpisode.start(task, start.messages, paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False),
+                                     anchors=flag_from_env(ANCHORS_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> SciWorldEpisode:
         return SciWorldEpisode.from_dict(dict(data))
