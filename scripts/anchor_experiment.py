@@ -1,0 +1,173 @@
+"""Anchored answers measured: how well a world model fills the unknown spans of held-out observations.
+
+For every held-out transition (chat rows whose last message is the reference observation), a share of the
+reference's tokens is given as anchors and the model fills the rest (:mod:`textwm.generation.anchors`):
+
+* ``--densities``: the anchored share of the reference's tokens (0: no anchor, one slot for the whole answer);
+* ``--placements``: where the anchors sit: ``prefix`` (the first tokens, what an AR model can also be given),
+  ``suffix`` (the last ones), ``middle`` (one span in the middle), ``spread`` (every other span of a few tokens:
+  fixed text on both sides of each slot).
+
+Each slot is as wide as the reference's span it replaces plus ``--slack`` tokens (the model ends a slot early by
+a stop id). Printed and written (``--out``) per density and placement: exact match of the whole answer, of the
+free spans (each slot's text against the reference's), anchor violations (a fixed string not where the
+template put it: must be 0), forwards per generated token. Greedy unless ``--temperature``.
+
+    python scripts/anchor_experiment.py --model-path runs/sdar_sft/final --rows data/samples/sciworld_wm_test.jsonl \\
+        --limit 1000 --out runs/anchors/sdar.json
+
+One checkpoint per run (its family picks the decoder: SDAR, WeDLM or AR); compare families by running each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+PLACEMENTS = ("prefix", "middle", "suffix", "spread")
+
+
+def anchor_mask(n: int, density: float, placement: str, span: int = 4) -> list[bool]:
+    """Which of ``n`` reference tokens are anchors (True) for ``density`` and ``placement``."""
+    k = round(density * n)
+    if k <= 0:
+        return [False] * n
+    if k >= n:
+        k = n - 1                              # at least one token to fill
+    if placement == "prefix":
+        return [i < k for i in range(n)]
+    if placement == "suffix":
+        return [i >= n - k for i in range(n)]
+    if placement == "middle":
+        start = (n - k) // 2
+        return [start <= i < start + k for i in range(n)]
+    # spread: anchored spans of ``span`` tokens between free ones, their share about ``density``
+    free = max(1, round(span * (1 - density) / density))
+    mask = [(i % (span + free)) < span for i in range(n)]
+    if all(mask):
+        mask[-1] = False
+    return mask
+
+
+def template_of(tokens: list[int], mask: list[bool], decode, slack: int) -> tuple[list, list[str]]:
+    """The response template (fixed strings, slots) of a reference and the reference texts of its slots."""
+    parts, truths = [], []
+    i = 0
+    while i < len(tokens):
+        j = i
+        while j < len(tokens) and mask[j] == mask[i]:
+            j += 1
+        text = decode(tokens[i:j])
+        if mask[i]:
+            if text:
+                parts.append(text)
+        else:
+            parts.append({"fill": j - i + slack})
+            truths.append(text)
+        i = j
+    return parts, truths
+
+
+def in_order(text: str, template) -> bool:
+    """Every fixed string of the template stands in ``text`` in order (the first at the start, the last at the end
+    when the template ends with it)."""
+    at = 0
+    for i, part in enumerate(template.parts):
+        if not isinstance(part, str):
+            continue
+        found = text.find(part, at)
+        if found < 0 or (i == 0 and found != 0):
+            return False
+        at = found + len(part)
+    return not isinstance(template.parts[-1], str) or at == len(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--rows", required=True, help="chat rows (.jsonl); the last message is the reference")
+    p.add_argument("--limit", type=int, default=1000)
+    p.add_argument("--densities", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75])
+    p.add_argument("--placements", nargs="+", default=list(PLACEMENTS), choices=PLACEMENTS)
+    p.add_argument("--slack", type=int, default=0, help="tokens a slot may take beyond its reference span")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--block-length", type=int, default=4)
+    p.add_argument("--denoising-steps", type=int, default=4)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", help="write the figures here (JSON)")
+    args = p.parse_args(argv)
+
+    from textwm.data.jsonl import read_jsonl
+    from textwm.generation.anchors import lay_out, parse_template
+    from textwm.generation.decoders import reference_decoder
+    from textwm.generation.settings import DecodeSettings
+    from textwm.models.checkpoint import load_model
+    from textwm.training.data import ChatEncoder
+
+    for d in args.densities:
+        if not 0 <= d < 1:
+            p.error(f"--densities: each in [0, 1), got {d}")
+    loaded = load_model(args.model_path, device=args.device)
+    tok, encoder = loaded.tokenizer, ChatEncoder(loaded.tokenizer)
+    decoder = reference_decoder(loaded.model, loaded.spec, pad_token_id=tok.pad_token_id)
+    rows = read_jsonl(args.rows).rows[:args.limit]
+    cases = []
+    for row in rows:
+        prompt = encoder.prompt_ids(row["messages"][:-1])
+        reference = row["messages"][-1]["content"]
+        cases.append((prompt, reference, encoder.encode_ids(reference)))
+    settings = DecodeSettings(temperature=args.temperature, block_length=args.block_length,
+                              denoising_steps=args.denoising_steps, seed=0)
+    results = []
+    print(f"{loaded.spec.family} {args.model_path}: {len(cases)} transitions from {args.rows}")
+    print(f"{'density':>7} {'placement':>9} {'exact':>6} {'free exact':>10} {'violations':>10} {'fwd/tok':>7}")
+    for density in args.densities:
+        for placement in (args.placements if density > 0 else ["none"]):
+            exact = free_exact = free_total = violations = forwards = generated = 0
+            started = time.perf_counter()
+            for b in range(0, len(cases), args.batch_size):
+                batch = cases[b:b + args.batch_size]
+                templates, truths, layouts = [], [], []
+                for _, _, ids in batch:
+                    raw, truth = template_of(ids, anchor_mask(len(ids), density, placement), tok.decode, args.slack)
+                    budget = sum(x["fill"] for x in raw if isinstance(x, dict))
+                    template = parse_template(raw, max_tokens=budget)
+                    templates.append(template)
+                    truths.append(truth)
+                    layouts.append(lay_out(template, encoder.encode_ids, budget))
+                answers = decoder.generate_anchored([c[0] for c in batch], layouts,
+                                                    settings, tok.decode)
+                for (_, reference, _), template, truth, answer in zip(batch, templates, truths, answers):
+                    exact += answer.text.strip() == reference.strip()
+                    filled = [tok.decode(s) for s in answer.slot_token_ids]
+                    free_exact += sum(f == t for f, t in zip(filled, truth))
+                    free_total += len(truth)
+                    violations += not in_order(answer.text, template)
+                    forwards += answer.num_forwards
+                    generated += answer.completion_tokens
+            row = {"density": density, "placement": placement, "transitions": len(cases),
+                   "exact_match": round(exact / len(cases), 4), "free_span_exact": round(free_exact / max(1, free_total), 4),
+                   "anchor_violations": violations, "forwards_per_token": round(forwards / max(1, generated), 3),
+                   "seconds": round(time.perf_counter() - started, 1)}
+            results.append(row)
+            print(f"{density:>7.2f} {placement:>9} {row['exact_match']:>6.3f} {row['free_span_exact']:>10.3f} "
+                  f"{violations:>10} {row['forwards_per_token']:>7.2f}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"model_path": args.model_path, "family": loaded.spec.family, "rows": args.rows,
+                                   "settings": vars(args), "results": results}, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

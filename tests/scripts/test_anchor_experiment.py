@@ -1,0 +1,56 @@
+"""scripts/anchor_experiment.py on tiny random models: every density and placement runs, no anchor is violated."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from textwm.generation.anchors import parse_template
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("anchor_experiment", ROOT / "scripts" / "anchor_experiment.py")
+experiment = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(experiment)
+
+
+@pytest.mark.parametrize("placement", experiment.PLACEMENTS)
+@pytest.mark.parametrize("density", [0.25, 0.5, 0.75])
+def test_anchor_masks_hold_about_the_density_and_leave_a_token_to_fill(placement, density):
+    mask = experiment.anchor_mask(40, density, placement)
+    assert 0 < sum(mask) < 40 and abs(sum(mask) / 40 - density) <= 0.15
+    if placement == "prefix":
+        assert mask[0] and not mask[-1]
+    if placement == "suffix":
+        assert mask[-1] and not mask[0]
+
+
+def test_a_template_splits_the_reference_into_fixed_strings_and_slots():
+    tokens = [ord(c) for c in "abcdef"]
+    parts, truths = experiment.template_of(tokens, [True, True, False, False, True, False],
+                                           lambda ids: "".join(map(chr, ids)), slack=1)
+    assert parts == ["ab", {"fill": 3}, "e", {"fill": 2}] and truths == ["cd", "f"]
+    assert experiment.in_order("abXYef", parse_template(["ab", {"fill": 2}, "e", {"fill": 1}]))
+    assert not experiment.in_order("Xabef", parse_template(["ab", {"fill": 2}, "e", {"fill": 1}]))
+
+
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_every_density_and_placement_runs_without_a_violation(family, tiny_sdar_dir, tiny_wedlm_dir, tiny_ar_dir,
+                                                              tmp_path):
+    model = {"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[family]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"messages": [
+        {"role": "system", "content": "World model."}, {"role": "user", "content": f"State: hall\n\nAction: {a}"},
+        {"role": "assistant", "content": o}]}) + "\n" for a, o in [
+            ("go to kitchen", "You move to the kitchen."), ("open door to hall", "The door is already open."),
+            ("look at cup", "a cup (containing nothing)")]))
+    out = tmp_path / "anchors.json"
+    assert experiment.main(["--model-path", str(model), "--rows", str(rows), "--densities", "0", "0.5",
+                            "--device", "cpu", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [(r["density"], r["placement"]) for r in results] == [
+        (0.0, "none"), *((0.5, p) for p in experiment.PLACEMENTS)]
+    assert all(r["transitions"] == 3 and r["anchor_violations"] == 0 and r["forwards_per_token"] > 0
+               for r in results)
