@@ -28,3 +28,21 @@ def serving(app, *, start_timeout: float = 60.0):
         server.should_exit = True
         thread.join(60)
         sock.close()
+
+
+@contextlib.contextmanager
+def native_stack(model_dir, *, max_model_len: int = 512, gen_length: int = 16):
+    """A tiny checkpoint on the native server behind the WM proxy, both on loopback; yields (server URL, proxy URL,
+    the loaded model)."""
+    from textwm.generation.settings import DecodeSettings
+    from textwm.models.checkpoint import load_model
+    from textwm.serving.app import create_app
+    from textwm.serving.engine import Engine, EngineConfig
+    from textwm.serving.proxy import ProxyConfig, create_proxy_app
+
+    loaded = load_model(model_dir, device="cpu", dtype="float32")
+    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=max_model_len, max_batch_size=4,
+                                         defaults=DecodeSettings(gen_length=gen_length, temperature=0)))
+    with serving(create_app(engine, host="127.0.0.1")) as upstream, \
+            serving(create_proxy_app(ProxyConfig(upstream=upstream, timeout_s=60), host="127.0.0.1")) as proxy:
+        yield upstream, proxy, loaded

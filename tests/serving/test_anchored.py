@@ -10,12 +10,7 @@ import requests
 
 uvicorn = pytest.importorskip("uvicorn")
 
-from tests.loopback import serving  # noqa: E402
-from textwm.generation.settings import DecodeSettings  # noqa: E402
-from textwm.models.checkpoint import load_model  # noqa: E402
-from textwm.serving.app import create_app  # noqa: E402
-from textwm.serving.engine import Engine, EngineConfig  # noqa: E402
-from textwm.serving.proxy import ProxyConfig, create_proxy_app  # noqa: E402
+from tests.loopback import native_stack  # noqa: E402
 
 MSG = [{"role": "system", "content": "You are a world model."},
        {"role": "user", "content": "State: You are in the kitchen.\n\nAction: go to countertop 1"}]
@@ -24,12 +19,8 @@ TEMPLATE = ["You arrive at countertop 1. On the countertop 1, you see ", {"fill"
 
 @pytest.fixture(scope="module")
 def stack(tiny_sdar_dir):
-    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
-    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=512, max_batch_size=4,
-                                         defaults=DecodeSettings(gen_length=16, temperature=0)))
-    with serving(create_app(engine, host="127.0.0.1")) as upstream, \
-            serving(create_proxy_app(ProxyConfig(upstream=upstream, timeout_s=60), host="127.0.0.1")) as proxy:
-        yield {"upstream": upstream, "proxy": proxy, "tokenizer": loaded.tokenizer}
+    with native_stack(tiny_sdar_dir) as (upstream, proxy, _):
+        yield {"upstream": upstream, "proxy": proxy}
 
 
 def fixed_in_order(text: str, template: list) -> bool:

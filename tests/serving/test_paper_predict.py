@@ -16,12 +16,8 @@ import requests
 
 uvicorn = pytest.importorskip("uvicorn")
 
-from tests.loopback import serving  # noqa: E402
+from tests.loopback import native_stack, serving  # noqa: E402
 from textwm.clients.retry import RetryPolicy  # noqa: E402
-from textwm.generation.settings import DecodeSettings  # noqa: E402
-from textwm.models.checkpoint import load_model  # noqa: E402
-from textwm.serving.app import create_app  # noqa: E402
-from textwm.serving.engine import Engine, EngineConfig  # noqa: E402
 from textwm.serving.proxy import ProxyConfig, create_proxy_app  # noqa: E402
 
 #: The ScienceWorld plugin's payload shape: state a list of messages, action an assistant message list.
@@ -45,11 +41,7 @@ def paper_call_world_model(endpoint: str, inp: dict) -> str:
 
 @pytest.fixture(scope="module")
 def stack(tiny_sdar_dir):
-    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
-    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=512, max_batch_size=4,
-                                         defaults=DecodeSettings(gen_length=16, temperature=0)))
-    with serving(create_app(engine, host="127.0.0.1")) as upstream, \
-            serving(create_proxy_app(ProxyConfig(upstream=upstream, timeout_s=60), host="127.0.0.1")) as proxy:
+    with native_stack(tiny_sdar_dir) as (upstream, proxy, _):
         yield {"upstream": upstream, "proxy": proxy}
 
 

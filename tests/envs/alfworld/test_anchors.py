@@ -33,21 +33,12 @@ def test_the_known_frame_of_an_unknown_listing_is_the_template(monkeypatch):
 
 def test_an_anchored_step_through_the_proxy_keeps_the_known_text(monkeypatch, tiny_sdar_dir):
     pytest.importorskip("uvicorn")
-    from tests.loopback import serving
+    from tests.loopback import native_stack
     from textwm.clients.wm import WMClient
     from textwm.envs.simulator import Simulator
-    from textwm.generation.settings import DecodeSettings
-    from textwm.models.checkpoint import load_model
-    from textwm.serving.app import create_app
-    from textwm.serving.engine import Engine, EngineConfig
-    from textwm.serving.proxy import ProxyConfig, create_proxy_app
 
     monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "1")
-    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
-    engine = Engine(loaded, EngineConfig(served_model_name="tiny-wm", max_model_len=2048, max_batch_size=4,
-                                         defaults=DecodeSettings(gen_length=16, temperature=0)))
-    with serving(create_app(engine, host="127.0.0.1")) as upstream, \
-            serving(create_proxy_app(ProxyConfig(upstream=upstream, timeout_s=60), host="127.0.0.1")) as proxy:
+    with native_stack(tiny_sdar_dir, max_model_len=2048) as (_, proxy, _):
         simulator = Simulator(WMClient(proxy + "/", max_tokens=12))
         ep = episode()
         step = simulator.step(ep, "go to fridge 1")
