@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -76,17 +77,10 @@ def template_of(tokens: list[int], mask: list[bool], decode, slack: int) -> tupl
 
 
 def in_order(text: str, template) -> bool:
-    """Every fixed string of the template stands in ``text`` in order (the first at the start, the last at the end
-    when the template ends with it)."""
-    at = 0
-    for i, part in enumerate(template.parts):
-        if not isinstance(part, str):
-            continue
-        found = text.find(part, at)
-        if found < 0 or (i == 0 and found != 0):
-            return False
-        at = found + len(part)
-    return not isinstance(template.parts[-1], str) or at == len(text)
+    """``text`` is the template's fixed strings, in order, with any text where its slots are (the first fixed string
+    at the start, the last at the end when the template ends with one)."""
+    pattern = "".join(re.escape(p) if isinstance(p, str) else "(.*?)" for p in template.parts)
+    return re.fullmatch(pattern, text, flags=re.DOTALL) is not None
 
 
 def main(argv: list[str] | None = None) -> int:
