@@ -101,22 +101,39 @@ def test_the_prompt_style_travels_with_the_task():
 
 
 def test_a_look_the_responder_cannot_answer_goes_as_a_template_of_the_known_lines(monkeypatch):
+    from textwm.envs import get_env
     from textwm.envs.sciworld.responder import LISTING_TOKENS
+    from textwm.envs.simulator import anchors_enabled
 
     ep = SciWorldEpisode.start(TASK)
     ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
     assert ep.local_answer("look around") is None                        # the kitchen's contents change
-    assert ep.wm_query("look around").response_template is None          # off by default
-    ep = SciWorldEpisode.start(TASK, anchors=True)
-    ep.observe("teleport to kitchen", "You teleport to the kitchen.", LOCAL)
-    assert ep.wm_query("look around").response_template == [
+    assert ep.known_frame("look around") == [
         "This room is called the kitchen. In it, you see: \n", {"fill": LISTING_TOKENS},
         "\nYou also see:\n\tA door to the hallway (that is open)"]
-    assert ep.wm_query("open fridge").response_template is None
-    assert SciWorldEpisode.from_dict(ep.to_dict()).wm_query("look").response_template is not None
+    assert ep.known_frame("open fridge") is None
+    spec = get_env("sciworld")
+    assert not anchors_enabled(spec.anchors_env)                         # off by default
     monkeypatch.setenv("SCIWORLD_WM_ANCHORS", "1")
-    from textwm.envs import get_env
-    from textwm.envs.contract import TaskStart
+    assert anchors_enabled(spec.anchors_env)
+    assert not anchors_enabled(get_env("appworld").anchors_env)           # an env without frames: never
 
-    assert get_env("sciworld").start_episode(TaskStart(task_id="boil_v0", family="boil", messages=(),
-                                                       sim_task=TASK)).anchors
+
+def test_the_simulator_sends_the_frame_only_when_anchors_are_on():
+    seen = []
+
+    def respond(method, path, body):
+        seen.append(body["input"].get("response_template"))
+        return 200, {"generated_text": "This room is called the kitchen. In it, you see: \n\tthe agent\nYou also see:"
+                                        "\n\tA door to the hallway (that is open)"}, 0
+    server = ScriptedServer(respond)
+    try:
+        for anchors in (False, True):
+            sim = Simulator(WMClient(server.url + "/", retry=RetryPolicy(max_retries=0)), anchors=anchors)
+            ep = SciWorldEpisode.start(TASK)
+            sim.step(ep, "teleport to kitchen")
+            step = sim.step(ep, "look around")
+            assert step.source == WM and step.anchored == anchors and sim.stats.anchored == int(anchors)
+    finally:
+        server.close()
+    assert seen[0] is None and seen[1][0] == "This room is called the kitchen. In it, you see: \n"

@@ -144,9 +144,7 @@ def _run(args: tuple[Job, BuildConfig]) -> JobResult:
     job, config = args
     builder = _worker["builder"]
     if _worker["played"] and getattr(builder, "fresh_env_per_job", False):
-        close = getattr(_worker["env"], "close", None)
-        if close is not None:
-            close()
+        _worker["env"].close()       # an env that must be renewed must be closable (a JVM left running otherwise)
         _worker["env"] = builder.open_env()
     _worker["played"] = True
     return builder.run_job(_worker["env"], job, config)

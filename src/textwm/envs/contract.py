@@ -41,9 +41,6 @@ class WMQuery:
     system_prompt: str
     state: str
     action: str
-    #: The part of the answer the responder knows, as a ``response_template`` (fixed strings and ``{"fill": N}``
-    #: slots: :mod:`textwm.generation.anchors`); None: the whole answer is the world model's.
-    response_template: list | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +74,10 @@ class SimEpisode(Protocol):
         ...
 
     def wm_query(self, action: str) -> WMQuery: ...
+
+    # Envs with an :attr:`EnvSpec.anchors_env` also give ``known_frame(action) -> list | None``: the part of the
+    # observation their state decides when :meth:`local_answer` cannot answer it whole, as a ``response_template``
+    # (fixed strings and ``{"fill": N}`` slots, :mod:`textwm.generation.anchors`) for the world model to fill.
 
     def agent_message(self, observation: str) -> str:
         """The agent's next user message after ``observation`` was recorded (the observation, or more)."""
@@ -133,6 +134,9 @@ class EnvSpec:
     class_prefix: ClassVar[str] = ""
     #: The paper's switch: ``<GUARD>=0`` sends every simulated step to the world model.
     guard_env: ClassVar[str] = ""
+    #: ``<ANCHORS>=1`` sends the known part of an observation as a template (its episodes' ``known_frame``); empty:
+    #: the env has no such frames.
+    anchors_env: ClassVar[str] = ""
     #: Consecutive unparseable agent replies that end an episode.
     unparseable_limit: ClassVar[int] = 3
     #: Told to the agent after a reply without an action (never something that passes for an observation).

@@ -66,6 +66,11 @@ def guard_enabled(env_var: str) -> bool:
     return flag_from_env(env_var, True, meaning="0 (all steps to the world model) or 1 (local responder on)")
 
 
+def anchors_enabled(env_var: str) -> bool:
+    """``$<ENV>_WM_ANCHORS`` (off by default; an env without the switch, ``env_var`` empty, never)."""
+    return bool(env_var) and flag_from_env(env_var, False, meaning="1 (send the known text as a template) or 0")
+
+
 def wm_prompt_from_env(env_var: str, layouts: Sequence[str]) -> str | None:
     """``$<ENV>_WM_PROMPT``, the WM prompt layout that overrides the rows' (one of ``layouts``), checked; None when
     unset."""
@@ -84,7 +89,8 @@ def on_wm_error_from_env(default: str = "end") -> str:
 
 
 class Simulator:
-    def __init__(self, wm: WMClient | None, *, use_local: bool = True, on_wm_error: str = "end"):
+    def __init__(self, wm: WMClient | None, *, use_local: bool = True, on_wm_error: str = "end",
+                 anchors: bool = False):
         if wm is None and not use_local:
             raise ValueError("a simulator without a world model needs the local responder")
         if on_wm_error not in ON_WM_ERROR:
@@ -92,6 +98,8 @@ class Simulator:
         self.wm = wm
         self.use_local = use_local
         self.on_wm_error = on_wm_error
+        #: Ask the episode for the known part of the observation (``known_frame``) and send it as a template.
+        self.anchors = anchors
         self.stats = SimulatorStats()
         self._lock = threading.Lock()  # episodes of one simulator may step in parallel threads
 
@@ -104,7 +112,8 @@ class Simulator:
         if self.wm is None:
             return self._failed(episode, "no world model configured for a step the responder cannot answer")
         q = episode.wm_query(action)
-        anchors = {} if q.response_template is None else {"response_template": q.response_template}
+        template = episode.known_frame(action) if self.anchors else None
+        anchors = {} if template is None else {"response_template": template}
         try:
             result = self.wm.predict(q.system_prompt, q.state, q.action, **anchors)
         except WMError as exc:

@@ -205,7 +205,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
     from textwm.data.jsonl import atomic_write, write_json
     from textwm.envs.blocking import BlockingPool
     from textwm.envs.sim_cache import SimTaskCache
-    from textwm.envs.simulator import Simulator
+    from textwm.envs.simulator import Simulator, anchors_enabled
     from textwm.eval import closed_loop as cl
     from textwm.eval import fidelity as fid
 
@@ -236,7 +236,8 @@ def run(config: EvalConfig) -> dict[str, Any]:
             results["agent"] = agent.describe()
         if in_wm:
             wm = cl.evaluate_agent_wm(spec, starts, agent, Simulator(wm_client, use_local=config.use_local_responder(),
-                                                                       on_wm_error=config.wm_on_error),
+                                                                       on_wm_error=config.wm_on_error,
+                                                                       anchors=anchors_enabled(spec.anchors_env)),
                                       concurrency=config.wm_concurrency, max_turns=config.max_turns,
                                       repeats=config.repeats)
             _write_episodes(out / "episodes_wm.jsonl", wm.records)

@@ -20,7 +20,7 @@ Each family decodes a template its own way (:func:`textwm.generation.sdar.SDARDe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: A template's parts: a fixed string, or a slot of at most ``fill`` tokens (``None``: open, the last one only).
@@ -44,6 +44,11 @@ class Template:
     @property
     def open_tail(self) -> bool:
         return self.parts[-1] is None
+
+    @property
+    def closed_tokens(self) -> int:
+        """Tokens the sized slots hold at most."""
+        return sum(s for s in self.slots if s is not None)
 
 
 def parse_template(raw: Any, *, max_tokens: int | None = None, where: str = "response_template") -> Template:
@@ -82,7 +87,7 @@ def parse_template(raw: Any, *, max_tokens: int | None = None, where: str = "res
     template = Template(tuple(parts))
     if not template.slots:
         raise TemplateError(f"{where} has no slot ({{\"fill\": N}}): nothing for the model to generate")
-    closed = sum(s for s in template.slots if s is not None)
+    closed = template.closed_tokens
     if max_tokens is not None and (closed > max_tokens or (template.open_tail and closed >= max_tokens)):
         raise TemplateError(f"{where}'s slots need {closed} tokens{' and more' if template.open_tail else ''}, "
                             f"more than max_tokens={max_tokens}")
@@ -109,7 +114,6 @@ class Layout:
 def lay_out(template: Template, encode: Callable[[str], list[int]], budget: int) -> Layout:
     """The canvas of ``template``: fixed strings as ``encode`` tokenises them, slots N wide, an open last slot
     ``budget`` minus the closed slots' tokens wide."""
-    closed = sum(s for s in template.slots if s is not None)
     fixed: list[int | None] = []
     spans = []
     open_from = None
@@ -120,7 +124,7 @@ def lay_out(template: Template, encode: Callable[[str], list[int]], budget: int)
         else:
             if part is None:
                 open_from = start
-            fixed.extend([None] * (part if part is not None else budget - closed))
+            fixed.extend([None] * (part if part is not None else budget - template.closed_tokens))
         spans.append((start, len(fixed)))
     return Layout(template, fixed, spans, len(fixed) if open_from is None else open_from)
 
@@ -134,11 +138,11 @@ class AnchoredAnswer:
     #: "stop" (the open last slot ended at a stop id, or every slot is closed) or "length" (the budget ran out).
     finish_reason: str
     num_forwards: int = 0
-    #: Slot tokens generated (what a request's usage counts).
-    completion_tokens: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.completion_tokens = sum(len(t) for t in self.slot_token_ids)
+    @property
+    def completion_tokens(self) -> int:
+        """Slot tokens generated (what a request's usage counts)."""
+        return sum(len(t) for t in self.slot_token_ids)
 
 
 def slots_of(layout: Layout, canvas: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[list[int]], str]:

@@ -77,6 +77,7 @@ from textwm.envs.simulator import (
     WM,
     WM_ERROR,
     Simulator,
+    anchors_enabled,
     guard_enabled,
     on_wm_error_from_env,
 )
@@ -416,8 +417,9 @@ def make_scheduler_class(env: str | EnvSpec) -> type:
             wm = WMSettings.from_env()
             use_local = guard_enabled(spec.guard_env)
             on_error = on_wm_error_from_env()
-            self.driver = EpisodeDriver(spec, Simulator(wm.client(), use_local=use_local, on_wm_error=on_error),
-                                        max_turns=max_turns, sim_cache=sim_cache)
+            simulator = Simulator(wm.client(), use_local=use_local, on_wm_error=on_error,
+                                  anchors=anchors_enabled(spec.anchors_env))
+            self.driver = EpisodeDriver(spec, simulator, max_turns=max_turns, sim_cache=sim_cache)
             log.info("%s: world model at %s (retries %d, timeout %.0f s; sampling %s); local responder %s (%s); "
                      "a failed answer: %s ($%s); max_turns %s", class_name, wm.endpoint, wm.max_retries, wm.timeout_s,
                      wm.sampling(), "on" if use_local else "off", spec.guard_env, on_error, ON_WM_ERROR_ENV,

@@ -436,8 +436,9 @@ class Engine:
                 self._anchored_decoder = reference_decoder(self.loaded.model, self.loaded.spec,
                                                            pad_token_id=self.tokenizer.pad_token_id)
             try:
+                # Slots decoded as every answer's text is (special tokens left out).
                 return self._anchored_decoder.generate_anchored(prepared.prompts, prepared.layouts,
-                                                                prepared.settings, self.tokenizer.decode)
+                                                                prepared.settings, self._decode)
             except Exception as exc:
                 raise DecodeFailed(f"{type(exc).__name__}: {exc}") from exc
 

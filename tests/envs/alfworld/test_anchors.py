@@ -17,29 +17,32 @@ def episode():
 
 
 def test_the_known_frame_of_an_unknown_listing_is_the_template(monkeypatch):
-    assert episode().wm_query("go to fridge 1").response_template is None          # off by default
+    from textwm.envs.simulator import anchors_enabled
+
+    assert not anchors_enabled(SPEC.anchors_env)                                  # off by default
     monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "1")
+    assert anchors_enabled(SPEC.anchors_env)
+    monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "maybe")
+    with pytest.raises(ValueError, match=r"\$ALFWORLD_WM_ANCHORS='maybe'"):
+        anchors_enabled(SPEC.anchors_env)
     ep = episode()
     assert ep.local_answer("go to fridge 1") is None                               # the contents are unknown
-    assert ep.wm_query("go to fridge 1").response_template == [
+    assert ep.known_frame("go to fridge 1") == [
         "You arrive at fridge 1. The fridge 1 is open. In it, you see ", {"fill": LISTING_TOKENS}, "."]
-    assert ep.wm_query("examine fridge 1").response_template is None               # not admissible from here
+    assert ep.known_frame("examine fridge 1") is None                               # not admissible from here
     # Answered whole by the responder (a closed cabinet) or not a listing (inventory): no template.
-    assert ep.wm_query("go to cabinet 2").response_template is None
-    assert ep.wm_query("inventory").response_template is None
-    again = SPEC.episode_from_dict(ep.to_dict())
-    assert again.wm_query("go to fridge 1").response_template is not None
+    assert ep.known_frame("go to cabinet 2") is None
+    assert ep.known_frame("inventory") is None
 
 
-def test_an_anchored_step_through_the_proxy_keeps_the_known_text(monkeypatch, tiny_sdar_dir):
+def test_an_anchored_step_through_the_proxy_keeps_the_known_text(tiny_sdar_dir):
     pytest.importorskip("uvicorn")
     from tests.loopback import native_stack
     from textwm.clients.wm import WMClient
     from textwm.envs.simulator import Simulator
 
-    monkeypatch.setenv("ALFWORLD_WM_ANCHORS", "1")
     with native_stack(tiny_sdar_dir, max_model_len=2048) as (_, proxy, _):
-        simulator = Simulator(WMClient(proxy + "/", max_tokens=12))
+        simulator = Simulator(WMClient(proxy + "/", max_tokens=12), anchors=True)
         ep = episode()
         step = simulator.step(ep, "go to fridge 1")
     assert step.error is None and step.source == "wm" and step.anchored

@@ -19,15 +19,10 @@ list wherever the state is known; none where it is not, so the agent can still a
 ``ALFWORLD_WM_PROMPT=paper`` queries in the paper's layout instead (:mod:`~textwm.envs.alfworld.paper_prompt`): the
 system prompt rebuilt from the scene and the agent's conversation, the state the conversation as JSON (the
 episode keeps it: the start messages, then ``Action: <action>`` and each user message it answered).
-
-``ALFWORLD_WM_ANCHORS=1`` sends, in either layout, the text the state decides around an unknown receptacle's
-listing ("You arrive at X. On the X, you see " ... ".") as the query's ``response_template``
-(:func:`~textwm.envs.alfworld.responder.known_frame`): the world model fills only the listing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,19 +78,17 @@ class AlfWorldEpisode:
     conversation: list[dict[str, str]] = field(default_factory=list)
     #: Read commands as the paper's plugin did (:mod:`~textwm.envs.alfworld.lenient`): ``put X in Y``, ``take X``.
     lenient: bool = False
-    #: Send what the state decides around an unknown listing as a template (``$ALFWORLD_WM_ANCHORS=1``).
-    anchors: bool = False
 
     @classmethod
     def start(cls, scene: Scene, messages: Sequence[Mapping[str, Any]] = (), layout: str = "scene",
-              lenient: bool = False, anchors: bool = False) -> AlfWorldEpisode:
+              lenient: bool = False) -> AlfWorldEpisode:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown ALFWorld WM prompt layout {layout!r}; use one of {', '.join(LAYOUTS)}")
         if layout == "paper" and not messages:
             raise ValueError("the paper's WM prompt needs the agent's start messages (its state is the conversation)")
         conversation = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
         return cls(tracker=Tracker.start(scene), layout=layout, conversation=conversation if layout == "paper" else [],
-                   lenient=lenient, anchors=anchors)
+                   lenient=lenient)
 
     def _read(self, action: str) -> str:
         return canonical_action(self.tracker, action) if self.lenient else action
@@ -108,15 +101,19 @@ class AlfWorldEpisode:
     def local_answer(self, action: str) -> str | None:
         return respond(self.tracker, self._read(action))
 
+    def known_frame(self, action: str) -> list | None:
+        """The text the state decides around an unknown receptacle's listing, as a template (the simulator sends
+        it with ``$ALFWORLD_WM_ANCHORS=1``: :func:`~textwm.envs.alfworld.responder.known_frame`)."""
+        return known_frame(self.tracker, self._read(action))
+
     def wm_query(self, action: str) -> WMQuery:
         action = self._read(action)
-        template = known_frame(self.tracker, action) if self.anchors else None
         if self.layout == "paper":
             conversation = [*self.conversation, {"role": "assistant", "content": agent.format_reply(action)}]
             return WMQuery(system_prompt=paper_prompt.system_prompt(self.tracker.scene.wm_system_prompt(),
                                                                     conversation, action),
-                           state=paper_prompt.user_state(conversation), action=action, response_template=template)
-        return dataclasses.replace(wm_query_of(self.tracker, self.history(), action), response_template=template)
+                           state=paper_prompt.user_state(conversation), action=action)
+        return wm_query_of(self.tracker, self.history(), action)
 
     def observe(self, action: str, observation: str, source: str) -> None:
         action = self._read(action)
@@ -145,11 +142,11 @@ class AlfWorldEpisode:
     def to_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.to_dict(), "actions": list(self.actions),
                 "observations": list(self.observations), "sources": list(self.sources), "layout": self.layout,
-                "conversation": list(self.conversation), "lenient": self.lenient, "anchors": self.anchors}
+                "conversation": list(self.conversation), "lenient": self.lenient}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AlfWorldEpisode:
         return cls(tracker=Tracker.from_dict(d["tracker"]), actions=list(d["actions"]),
                    observations=list(d["observations"]), sources=list(d["sources"]),
                    layout=str(d.get("layout", "scene")), conversation=list(d.get("conversation", ())),
-                   lenient=bool(d.get("lenient", False)), anchors=bool(d.get("anchors", False)))
+                   lenient=bool(d.get("lenient", False)))

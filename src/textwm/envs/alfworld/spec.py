@@ -29,14 +29,11 @@ from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import LAYOUTS, AlfWorldEpisode
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import BadRequest, EnvSession, ResetResult
-from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
+from textwm.envs.simulator import wm_prompt_from_env
 
 log = logging.getLogger(__name__)
 #: ``paper``: the simulator queries the world model in the paper's layout (``scene``: ours, the default).
 WM_PROMPT_ENV = "ALFWORLD_WM_PROMPT"
-#: ``1``: a step whose observation the state decides around an unknown listing goes to the world model as a
-#: template of the known text (an anchored request; the native server only).
-ANCHORS_ENV = "ALFWORLD_WM_ANCHORS"
 _PART = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -45,6 +42,8 @@ class AlfWorldSpec(EnvSpec):
     title = "ALFWorld"
     class_prefix = "AlfWorld"
     guard_env = "ALFWORLD_WM_GUARD"
+    #: ``1``: "You arrive at X. On the X, you see " ... "." around an unknown listing goes as a template.
+    anchors_env = "ALFWORLD_WM_ANCHORS"
     unparseable_limit = reward.UNPARSEABLE_LIMIT
     invalid_reply_hint = ("Your last response was not parseable. Reply with exactly one line: "
                           "'Action: <command>', the command copied from the admissible commands.")
@@ -119,7 +118,7 @@ class AlfWorldSpec(EnvSpec):
     def start_episode(self, start: TaskStart) -> AlfWorldEpisode:
         layout = wm_prompt_from_env(WM_PROMPT_ENV, LAYOUTS) or start.sim_task.wm_prompt
         return AlfWorldEpisode.start(start.sim_task, start.messages if layout == "paper" else (), layout,
-                                     lenient=lenient_enabled(), anchors=flag_from_env(ANCHORS_ENV, False))
+                                     lenient=lenient_enabled())
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> AlfWorldEpisode:
         return AlfWorldEpisode.from_dict(dict(data))

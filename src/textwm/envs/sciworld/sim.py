@@ -26,15 +26,13 @@ class SciWorldEpisode:
     start_messages: list[dict[str, str]] = field(default_factory=list)
     #: Answer locally as the paper's plugin does (``$SCIWORLD_PAPER_RESPONDER=1``) instead of with the responder.
     paper_responder: bool = False
-    #: Send what the state decides around a room's unknown listing as a template (``$SCIWORLD_WM_ANCHORS=1``).
-    anchors: bool = False
 
     @classmethod
     def start(cls, task: Task, messages: Sequence[Mapping[str, Any]] = (), *,
-              paper_responder: bool = False, anchors: bool = False) -> SciWorldEpisode:
+              paper_responder: bool = False) -> SciWorldEpisode:
         kept = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
         return cls(tracker=EpisodeTracker(task), start_messages=kept if task.prompt_style == "paper" else [],
-                   paper_responder=paper_responder, anchors=anchors)
+                   paper_responder=paper_responder)
 
     # --- SimEpisode protocol --------------------------------------------------------------------------
 
@@ -43,11 +41,15 @@ class SciWorldEpisode:
             return paper_prompt.paper_response(self.tracker.task, self.tracker.history, action)
         return respond(self.tracker, action)
 
+    def known_frame(self, action: str) -> list | None:
+        """A look's known lines around the room's objects, as a template (sent with ``$SCIWORLD_WM_ANCHORS=1``:
+        :func:`~textwm.envs.sciworld.responder.known_frame`)."""
+        return known_frame(self.tracker, action)
+
     def wm_query(self, action: str) -> WMQuery:
         # The proxy builds the user message from state + action: the same text as the training rows.
         system, state, action_text = wm_query_texts(self.tracker, action, start_messages=self.start_messages)
-        return WMQuery(system_prompt=system, state=state, action=action_text,
-                       response_template=known_frame(self.tracker, action) if self.anchors else None)
+        return WMQuery(system_prompt=system, state=state, action=action_text)
 
     def agent_message(self, observation: str) -> str:
         return observation
@@ -79,11 +81,10 @@ class SciWorldEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.to_dict(), "actions": list(self.actions), "sources": list(self.sources),
-                "start_messages": list(self.start_messages), "paper_responder": self.paper_responder,
-                "anchors": self.anchors}
+                "start_messages": list(self.start_messages), "paper_responder": self.paper_responder}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SciWorldEpisode:
         return cls(tracker=EpisodeTracker.from_dict(d["tracker"]), actions=list(d["actions"]),
                    sources=list(d["sources"]), start_messages=list(d.get("start_messages", ())),
-                   paper_responder=bool(d.get("paper_responder", False)), anchors=bool(d.get("anchors", False)))
+                   paper_responder=bool(d.get("paper_responder", False)))

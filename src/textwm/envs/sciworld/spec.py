@@ -64,9 +64,6 @@ def _clean_sim_task(sim: Any) -> Any:
 #: in the paper's layout, e.g. on the paper's released rows, whose start state is baked here).
 WM_PROMPT_ENV = "SCIWORLD_WM_PROMPT"
 PAPER_RESPONDER_ENV = "SCIWORLD_PAPER_RESPONDER"
-#: ``1``: a look the responder cannot answer whole goes to the world model as a template of the room's name line
-#: and door list around its objects (an anchored request; the native server only).
-ANCHORS_ENV = "SCIWORLD_WM_ANCHORS"
 
 
 class SciWorldSpec(EnvSpec):
@@ -74,6 +71,8 @@ class SciWorldSpec(EnvSpec):
     title = "ScienceWorld"
     class_prefix = "SciWorld"
     guard_env = "SCIWORLD_WM_GUARD"
+    #: ``1``: a look the responder cannot answer whole goes as a template of the room's name line and door list.
+    anchors_env = "SCIWORLD_WM_ANCHORS"
     unparseable_limit = reward.UNPARSEABLE_STREAK_LIMIT
     invalid_reply_hint = ("Your reply contained no action. Reply with exactly one ScienceWorld action as plain text "
                           "on one line, for example: look around, teleport to kitchen, pick up thermometer, "
@@ -161,8 +160,7 @@ class SciWorldSpec(EnvSpec):
         layout = wm_prompt_from_env(WM_PROMPT_ENV, PROMPT_STYLES)
         if layout and layout != task.prompt_style:
             task = dataclasses.replace(task, prompt_style=layout)
-        return SciWorldEpisode.start(task, start.messages, paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False),
-                                     anchors=flag_from_env(ANCHORS_ENV, False))
+        return SciWorldEpisode.start(task, start.messages, paper_responder=flag_from_env(PAPER_RESPONDER_ENV, False))
 
     def episode_from_dict(self, data: Mapping[str, Any]) -> SciWorldEpisode:
         return SciWorldEpisode.from_dict(dict(data))
