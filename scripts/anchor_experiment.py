@@ -6,15 +6,19 @@ reference's tokens is given as anchors and the model fills the rest (:mod:`textw
 * ``--densities``: the anchored share of the reference's tokens (0: no anchor, one slot for the whole answer);
 * ``--placements``: where the anchors sit: ``prefix`` (the first tokens, what an AR model can also be given),
   ``suffix`` (the last ones), ``middle`` (one span in the middle), ``spread`` (every other span of a few tokens:
-  fixed text on both sides of each slot).
+  fixed text on both sides of each slot), and ``structured`` (``--env``'s own frames, the text its responder
+  knows around what it leaves to the world model: ``EnvSpec.observed_frame``; its density is what the frame
+  holds, the transitions those of a frame's shape).
 
 Each slot is as wide as the reference's span it replaces plus ``--slack`` tokens (the model ends a slot early by
 a stop id). Printed and written (``--out``) per density and placement: exact match of the whole answer, of the
 free spans (each slot's text against the reference's), anchor violations (a fixed string not where the
-template put it: must be 0), forwards per generated token. Greedy unless ``--temperature``.
+template put it: must be 0), forwards per generated token. Greedy unless ``--temperature``. ``--decoder``:
+the static engine (``auto`` where it runs the architecture) or the family's reference decoder; greedy, the two
+give the same answers.
 
     python scripts/anchor_experiment.py --model-path runs/sdar_sft/final --rows data/samples/sciworld_wm_test.jsonl \\
-        --limit 1000 --out runs/anchors/sdar.json
+        --env sciworld --limit 1000 --out runs/anchors/sdar.json
 
 One checkpoint per run (its family picks the decoder: SDAR, WeDLM or AR); compare families by running each.
 """
@@ -33,6 +37,8 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 PLACEMENTS = ("prefix", "middle", "suffix", "spread")
+#: The env's own frames (``EnvSpec.observed_frame``): one condition, whatever the densities.
+STRUCTURED = "structured"
 
 
 def anchor_mask(n: int, density: float, placement: str, span: int = 4) -> list[bool]:
@@ -83,35 +89,78 @@ def in_order(text: str, template) -> bool:
     return re.fullmatch(pattern, text, flags=re.DOTALL) is not None
 
 
+def structured_template(frame: list[tuple[bool, str]], encode, slack: int) -> tuple[list, list[str], float]:
+    """An env frame's template (each slot as wide as its text's tokens plus ``slack``), the slots' reference texts,
+    and the share of the reference's tokens the frame's fixed text holds."""
+    parts, truths, fixed, total = [], [], 0, 0
+    for is_slot, text in frame:
+        n = len(encode(text))
+        total += n
+        if is_slot:
+            parts.append({"fill": max(1, n + slack)})
+            truths.append(text)
+        else:
+            parts.append(text)
+            fixed += n
+    return parts, truths, fixed / max(1, total)
+
+
+def make_decoder(loaded, choice: str, batch_size: int):
+    """The static engine or the family's reference decoder (``auto``: the engine where it runs the model)."""
+    from textwm.generation.decoders import reference_decoder
+    from textwm.generation.engine.decoder import EngineDecoder
+    from textwm.generation.engine.static_model import UnsupportedModel
+
+    pad = loaded.tokenizer.pad_token_id
+    if choice != "reference":
+        try:
+            return EngineDecoder(loaded.model, loaded.spec, pad_token_id=pad, max_rows=batch_size), "engine"
+        except UnsupportedModel as exc:
+            if choice == "engine":
+                raise
+            print(f"the engine does not run this model ({exc}); the reference decoder decodes")
+    return reference_decoder(loaded.model, loaded.spec, pad_token_id=pad), "reference"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True)
     p.add_argument("--rows", required=True, help="chat rows (.jsonl); the last message is the reference")
+    p.add_argument("--env", help="the rows' env: its frames are the structured placement")
     p.add_argument("--limit", type=int, default=1000)
     p.add_argument("--densities", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75])
-    p.add_argument("--placements", nargs="+", default=list(PLACEMENTS), choices=PLACEMENTS)
+    p.add_argument("--placements", nargs="+", choices=(*PLACEMENTS, STRUCTURED),
+                   help="default: prefix middle suffix, and structured with --env")
     p.add_argument("--slack", type=int, default=0, help="tokens a slot may take beyond its reference span")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="rows decoded together")
+    p.add_argument("--decoder", choices=("auto", "engine", "reference"), default="auto")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--block-length", type=int, default=4)
     p.add_argument("--denoising-steps", type=int, default=4)
     p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help="the model's dtype (load_model's: auto, bfloat16, float32, ...)")
     p.add_argument("--out", help="write the figures here (JSON)")
     args = p.parse_args(argv)
 
     from textwm.data.jsonl import read_jsonl
     from textwm.generation.anchors import lay_out, parse_template
-    from textwm.generation.decoders import reference_decoder
     from textwm.generation.settings import DecodeSettings
     from textwm.models.checkpoint import load_model
     from textwm.training.data import ChatEncoder
 
+    placements = args.placements or ["prefix", "middle", "suffix", *([STRUCTURED] if args.env else [])]
+    if STRUCTURED in placements and not args.env:
+        p.error("--placements structured: name the rows' env (--env)")
     for d in args.densities:
         if not 0 <= d < 1:
             p.error(f"--densities: each in [0, 1), got {d}")
-    loaded = load_model(args.model_path, device=args.device)
+    spec = None
+    if args.env:
+        from textwm.envs.registry import get_env
+        spec = get_env(args.env)
+    loaded = load_model(args.model_path, device=args.device, dtype=args.dtype)
     tok, encoder = loaded.tokenizer, ChatEncoder(loaded.tokenizer)
-    decoder = reference_decoder(loaded.model, loaded.spec, pad_token_id=tok.pad_token_id)
+    decoder, decoder_name = make_decoder(loaded, args.decoder, args.batch_size)
     rows = read_jsonl(args.rows).rows[:args.limit]
     cases = []
     for row in rows:
@@ -120,45 +169,64 @@ def main(argv: list[str] | None = None) -> int:
         cases.append((prompt, reference, encoder.encode_ids(reference)))
     settings = DecodeSettings(temperature=args.temperature, block_length=args.block_length,
                               denoising_steps=args.denoising_steps, seed=0)
+    conditions = [(0.0, "none")] if 0.0 in args.densities else []
+    conditions += [(d, pl) for d in args.densities if d > 0 for pl in placements if pl != STRUCTURED]
+    conditions += [(None, STRUCTURED)] if STRUCTURED in placements else []
     results = []
-    print(f"{loaded.spec.family} {args.model_path}: {len(cases)} transitions from {args.rows}")
-    print(f"{'density':>7} {'placement':>9} {'exact':>6} {'free exact':>10} {'violations':>10} {'fwd/tok':>7}")
-    for density in args.densities:
-        for placement in (args.placements if density > 0 else ["none"]):
-            exact = free_exact = free_total = violations = forwards = generated = 0
-            started = time.perf_counter()
-            for b in range(0, len(cases), args.batch_size):
-                batch = cases[b:b + args.batch_size]
-                templates, truths, layouts = [], [], []
-                for _, _, ids in batch:
-                    raw, truth = template_of(ids, anchor_mask(len(ids), density, placement), tok.decode, args.slack)
-                    budget = sum(x["fill"] for x in raw if isinstance(x, dict))
-                    template = parse_template(raw, max_tokens=budget)
-                    templates.append(template)
-                    truths.append(truth)
-                    layouts.append(lay_out(template, encoder.encode_ids, budget))
-                answers = decoder.generate_anchored([c[0] for c in batch], layouts,
-                                                    settings, tok.decode)
-                for (_, reference, _), template, truth, answer in zip(batch, templates, truths, answers):
-                    exact += answer.text.strip() == reference.strip()
-                    filled = [tok.decode(s) for s in answer.slot_token_ids]
-                    free_exact += sum(f == t for f, t in zip(filled, truth))
-                    free_total += len(truth)
-                    violations += not in_order(answer.text, template)
-                    forwards += answer.num_forwards
-                    generated += answer.completion_tokens
-            row = {"density": density, "placement": placement, "transitions": len(cases),
-                   "exact_match": round(exact / len(cases), 4), "free_span_exact": round(free_exact / max(1, free_total), 4),
-                   "anchor_violations": violations, "forwards_per_token": round(forwards / max(1, generated), 3),
-                   "seconds": round(time.perf_counter() - started, 1)}
-            results.append(row)
-            print(f"{density:>7.2f} {placement:>9} {row['exact_match']:>6.3f} {row['free_span_exact']:>10.3f} "
-                  f"{violations:>10} {row['forwards_per_token']:>7.2f}")
+    print(f"{loaded.spec.family} {args.model_path} ({decoder_name}): {len(cases)} transitions from {args.rows}")
+    print(f"{'density':>7} {'placement':>10} {'rows':>5} {'exact':>6} {'free exact':>10} {'violations':>10} "
+          f"{'fwd/tok':>7}")
+    for density, placement in conditions:
+        prompts, templates, truths, layouts, references, shares = [], [], [], [], [], []
+        for prompt, reference, ids in cases:
+            if placement == STRUCTURED:
+                frame = spec.observed_frame(reference)
+                if frame is None:
+                    continue
+                raw, truth, share = structured_template(frame, encoder.encode_ids, args.slack)
+            else:
+                raw, truth = template_of(ids, anchor_mask(len(ids), density, placement), tok.decode, args.slack)
+                share = density
+            budget = sum(x["fill"] for x in raw if isinstance(x, dict))
+            template = parse_template(raw, max_tokens=budget)
+            prompts.append(prompt)
+            templates.append(template)
+            truths.append(truth)
+            layouts.append(lay_out(template, encoder.encode_ids, budget))
+            references.append(reference)
+            shares.append(share)
+        if not prompts:
+            print(f"{'-':>7} {placement:>10}     0 (no transition of a frame's shape)")
+            continue
+        started = time.perf_counter()
+        chunk = len(prompts) if decoder_name == "engine" else args.batch_size
+        answers = []
+        for b in range(0, len(prompts), chunk):
+            answers += decoder.generate_anchored(prompts[b:b + chunk], layouts[b:b + chunk], settings, tok.decode)
+        exact = free_exact = free_total = violations = forwards = generated = 0
+        for reference, template, truth, answer in zip(references, templates, truths, answers):
+            exact += answer.text.strip() == reference.strip()
+            filled = [tok.decode(s) for s in answer.slot_token_ids]
+            free_exact += sum(f == t for f, t in zip(filled, truth))
+            free_total += len(truth)
+            violations += not in_order(answer.text, template)
+            forwards += answer.num_forwards
+            generated += answer.completion_tokens
+        n = len(prompts)
+        density_out = round(sum(shares) / n, 4)
+        row = {"density": density_out, "placement": placement, "transitions": n,
+               "exact_match": round(exact / n, 4), "free_span_exact": round(free_exact / max(1, free_total), 4),
+               "anchor_violations": violations, "forwards_per_token": round(forwards / max(1, generated), 3),
+               "seconds": round(time.perf_counter() - started, 1)}
+        results.append(row)
+        print(f"{density_out:>7.2f} {placement:>10} {n:>5} {row['exact_match']:>6.3f} {row['free_span_exact']:>10.3f} "
+              f"{violations:>10} {row['forwards_per_token']:>7.2f}", flush=True)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"model_path": args.model_path, "family": loaded.spec.family, "rows": args.rows,
-                                   "settings": vars(args), "results": results}, indent=2) + "\n")
+                                   "decoder": decoder_name, "settings": vars(args), "results": results},
+                                  indent=2) + "\n")
         print(f"wrote {out}")
     return 0
 

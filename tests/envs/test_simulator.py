@@ -5,6 +5,8 @@ import pytest
 from tests.serving.scripted_http import ScriptedServer
 from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
+from textwm.envs import get_env
+from textwm.envs.contract import EnvSpec
 from textwm.envs.sciworld.sim import SciWorldEpisode
 from textwm.envs.sciworld.tracker import Task
 from textwm.envs.simulator import LOCAL, WM, Simulator, guard_enabled
@@ -116,7 +118,7 @@ def test_a_look_the_responder_cannot_answer_goes_as_a_template_of_the_known_line
     assert not anchors_enabled(spec.anchors_env)                         # off by default
     monkeypatch.setenv("SCIWORLD_WM_ANCHORS", "1")
     assert anchors_enabled(spec.anchors_env)
-    assert not anchors_enabled(get_env("appworld").anchors_env)           # an env without frames: never
+    assert not anchors_enabled(EnvSpec.anchors_env)                       # an env without frames: never
 
 
 def test_the_simulator_sends_the_frame_only_when_anchors_are_on():
@@ -137,3 +139,12 @@ def test_the_simulator_sends_the_frame_only_when_anchors_are_on():
     finally:
         server.close()
     assert seen[0] is None and seen[1][0] == "This room is called the kitchen. In it, you see: \n"
+
+
+def test_sciworlds_frame_read_off_a_look():
+    look = ("This room is called the kitchen. In it, you see: \n\tthe agent\n\ta stove\nYou also see:\n\t"
+            "A door to the hallway (that is open)")
+    assert get_env("sciworld").observed_frame(look) == [
+        (False, "This room is called the kitchen. In it, you see: \n"), (True, "\tthe agent\n\ta stove"),
+        (False, "\nYou also see:\n\tA door to the hallway (that is open)")]
+    assert get_env("sciworld").observed_frame("You move to the kitchen.") is None

@@ -16,6 +16,7 @@ import pytest
 
 from tests.generation.lmdeploy_reference import untie_head
 from tests.generation.wedlm_upstream import sharpen_head
+from textwm.generation.anchors import lay_out, parse_template, slots_of
 from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.engine import DecodeEngine, EngineFull
 from textwm.generation.engine.decoder import EngineDecoder
@@ -314,3 +315,98 @@ def test_blas_is_left_alone_on_the_cpu_and_checked(tiny_ar_dir):
     assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32).blas is None
     with pytest.raises(ValueError, match="blas must be one of"):
         DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32, blas="mkl")
+
+
+# --- anchored rows -------------------------------------------------------------------------------------------
+
+ANCHOR_TEXTS = ["You arrive at the countertop 1.", " On it, you see", " a mug 1", ", and", ".", " The door",
+                " is open", "\n\tthe agent"]
+
+
+def anchored_layouts(lm, count, seed, budget=24):
+    """``count`` random layouts: fixed texts and slots, sometimes an open last slot."""
+    rng = random.Random(seed)
+    encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    layouts = []
+    for _ in range(count):
+        parts, left = ([rng.choice(ANCHOR_TEXTS)] if rng.random() < 0.5 else []), budget
+        for _ in range(rng.randint(1, 3)):
+            size = rng.randint(1, 5)
+            left -= size
+            parts += [{"fill": size}, rng.choice(ANCHOR_TEXTS)]
+        if rng.random() < 0.5:
+            parts.append({})
+        layouts.append(lay_out(parse_template(parts, max_tokens=budget), encode, budget))
+    return layouts
+
+
+def assert_anchored_engine_equals_reference(lm, prompts, layouts, settings, *, spec=None, max_rows=3):
+    spec = spec or lm.spec
+    decode = lm.tokenizer.decode
+    ref = reference_decoder(lm.model, spec).generate_anchored(prompts, layouts, settings, decode)
+    got = EngineDecoder(lm.model, spec, max_rows=max_rows).generate_anchored(prompts, layouts, settings, decode)
+    assert [(a.text, a.slot_token_ids, a.finish_reason) for a in got] == \
+        [(a.text, a.slot_token_ids, a.finish_reason) for a in ref]
+    return got
+
+
+ANCHORED_SETTINGS = {
+    "sdar": [DecodeSettings(gen_length=24, temperature=0, block_length=4, denoising_steps=2),
+             DecodeSettings(gen_length=24, temperature=0, block_length=8, denoising_steps=3,
+                            remasking_strategy="low_confidence_dynamic", confidence_threshold=0.3)],
+    "wedlm": [DecodeSettings(gen_length=24, temperature=0, window_size=8, entropy_threshold=4.6),
+              DecodeSettings(gen_length=24, temperature=0, window_size=4, entropy_threshold=100.0)],
+    "ar": [DecodeSettings(gen_length=24, temperature=0), DecodeSettings(gen_length=24, temperature=0,
+                                                                        repetition_penalty=1.5)],
+}
+
+
+@pytest.mark.parametrize("case", [0, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_anchored_rows_fill_templates_as_the_reference(family, case, sdar, wedlm, ar, prompts):
+    """Greedy, random templates, fewer rows than prompts: the engine's filled templates are the reference's; and
+    with a stop id the models write often, so that slots end early and open slots end at a stop."""
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = ANCHORED_SETTINGS[family][case]
+    layouts = anchored_layouts(lm, len(prompts), seed=case)
+    got = assert_anchored_engine_equals_reference(lm, prompts, layouts, settings)
+    common = max((t for a in got for s in a.slot_token_ids for t in s), key=[
+        t for a in got for s in a.slot_token_ids for t in s].count)
+    assert_anchored_engine_equals_reference(lm, prompts, layouts, settings, spec=with_stop(lm, common))
+
+
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_anchored_rows_beside_plain_rows_decode_as_if_alone(family, sdar, wedlm, ar, prompts):
+    """Anchored and plain requests share the engine's rows: each decodes as it does alone."""
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = ANCHORED_SETTINGS[family][0]
+    layouts = anchored_layouts(lm, len(prompts), seed=5)
+    ref = reference_decoder(lm.model, lm.spec)
+    canvases = [ref.generate_anchored([p], [lay], settings, lm.tokenizer.decode)[0] for p, lay in zip(prompts, layouts)]
+    plain = ref.generate(prompts, settings)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64)
+    for i, p in enumerate(prompts):                     # alternate anchored and plain requests, 4 rows at a time
+        engine.admit(("a", i), p, settings, settings.gen_length, layouts[i] if i % 2 == 0 else None)
+        if engine.free_rows == 0 or i == len(prompts) - 1:
+            while engine.num_active:
+                for u in engine.step():
+                    if u.finished is None:
+                        continue
+                    j = u.key[1]
+                    if j % 2 == 0:
+                        slots, _ = slots_of(layouts[j], u.finished.token_ids, lm.spec.stop_ids)
+                        assert slots == canvases[j].slot_token_ids
+                    else:
+                        assert u.finished.token_ids == plain[j].token_ids
+
+
+def test_anchored_rows_are_refused_where_the_rules_cannot_keep_them(sdar, ar, prompts):
+    layout = anchored_layouts(sdar, 1, seed=0)[0]
+    lmdeploy = DecodeSettings(gen_length=24, temperature=0, sdar_rules="lmdeploy", block_length=4,
+                              denoising_steps=1)
+    with pytest.raises(ValueError, match="generate rules"):
+        DecodeEngine(sdar.model, sdar.spec, max_rows=2, max_len=64).generate_anchored(prompts[:1], lmdeploy, [layout])
+    no_stop = ModelSpec(**{**ar.spec.__dict__, "stop_ids": ()})
+    with pytest.raises(ValueError, match="needs the checkpoint's stop ids"):
+        DecodeEngine(ar.model, no_stop, max_rows=2, max_len=64).generate_anchored(
+            prompts[:1], DecodeSettings(gen_length=24, temperature=0), [layout])

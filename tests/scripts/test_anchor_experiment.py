@@ -36,7 +36,8 @@ def test_a_template_splits_the_reference_into_fixed_strings_and_slots():
     assert not experiment.in_order("Xabef", parse_template(["ab", {"fill": 2}, "e", {"fill": 1}]))
 
 
-@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+@pytest.mark.parametrize("family", ["sdar", pytest.param("wedlm", marks=pytest.mark.slow),
+                                    pytest.param("ar", marks=pytest.mark.slow)])
 def test_every_density_and_placement_runs_without_a_violation(family, tiny_sdar_dir, tiny_wedlm_dir, tiny_ar_dir,
                                                               tmp_path):
     model = {"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[family]
@@ -45,12 +46,22 @@ def test_every_density_and_placement_runs_without_a_violation(family, tiny_sdar_
         {"role": "system", "content": "World model."}, {"role": "user", "content": f"State: hall\n\nAction: {a}"},
         {"role": "assistant", "content": o}]}) + "\n" for a, o in [
             ("go to kitchen", "You move to the kitchen."), ("open door to hall", "The door is already open."),
-            ("look at cup", "a cup (containing nothing)")]))
-    out = tmp_path / "anchors.json"
-    assert experiment.main(["--model-path", str(model), "--rows", str(rows), "--densities", "0", "0.5",
-                            "--device", "cpu", "--out", str(out)]) == 0
-    results = json.loads(out.read_text())["results"]
-    assert [(r["density"], r["placement"]) for r in results] == [
+            ("look at cup", "a cup (containing nothing)"),
+            ("look around", "This room is called the hallway. In it, you see: \n\tthe agent\n\ta substance called "
+                            "air\nYou also see:\n\tA door to the kitchen (that is open)")]))
+    results = {}
+    for decoder in ("engine", "reference"):
+        out = tmp_path / f"{decoder}.json"
+        assert experiment.main(["--model-path", str(model), "--rows", str(rows), "--densities", "0", "0.5",
+                                "--placements", *experiment.PLACEMENTS, "structured", "--env", "sciworld",
+                                "--decoder", decoder, "--device", "cpu", "--out", str(out)]) == 0
+        results[decoder] = json.loads(out.read_text())["results"]
+    got = results["engine"]
+    assert [(r["density"], r["placement"]) for r in got[:-1]] == [
         (0.0, "none"), *((0.5, p) for p in experiment.PLACEMENTS)]
-    assert all(r["transitions"] == 3 and r["anchor_violations"] == 0 and r["forwards_per_token"] > 0
-               for r in results)
+    assert got[-1]["placement"] == "structured" and got[-1]["transitions"] == 1 and 0.5 < got[-1]["density"] < 1
+    assert all(r["transitions"] == 4 and r["forwards_per_token"] > 0 for r in got[:-1])
+    assert all(r["anchor_violations"] == 0 for r in got)
+    # Greedy, the engine's answers are the reference decoder's.
+    same = ("exact_match", "free_span_exact", "anchor_violations")
+    assert [[r[k] for k in same] for r in got] == [[r[k] for k in same] for r in results["reference"]]

@@ -83,3 +83,39 @@ def test_the_proxy_forwards_a_template(stack):
     assert text.startswith("You see ") and text.endswith(" here.")
     bad = requests.post(stack["proxy"] + "/", json={"input": {**inp, "response_template": ["x"]}}, timeout=60)
     assert bad.status_code == 400 and "has no slot" in bad.json()["error"]["message"]
+
+
+def test_the_server_fills_templates_in_its_engine_as_the_reference_decoder(stack, tiny_sdar_dir):
+    """Anchored requests join the continuous engine's rows, beside plain requests sent at the same time; greedy,
+    each answer is the reference decoder's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from textwm.generation.anchors import lay_out, parse_template
+    from textwm.generation.decoders import reference_decoder
+    from textwm.generation.settings import DecodeSettings
+    from textwm.models.checkpoint import load_model
+
+    prompts = [f"State: room {i}\n\nAction: look\n" for i in range(4)]
+    body = {"max_tokens": 16, "temperature": 0}
+
+    def anchored(prompt):
+        r = requests.post(stack["upstream"] + "/v1/completions", timeout=120,
+                          json={"prompt": prompt, **body, "response_template": TEMPLATE})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    def plain(prompt):
+        r = requests.post(stack["upstream"] + "/v1/completions", timeout=120, json={"prompt": prompt, **body})
+        assert r.status_code == 200, r.text
+
+    with ThreadPoolExecutor(8) as pool:
+        served = list(pool.map(anchored, prompts))
+        list(pool.map(plain, prompts))
+    loaded = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
+    tok = loaded.tokenizer
+    ids = [tok(p, add_special_tokens=True)["input_ids"] for p in prompts]
+    layout = lay_out(parse_template(TEMPLATE, max_tokens=16), lambda t: tok.encode(t, add_special_tokens=False), 16)
+    settings = DecodeSettings(gen_length=16, temperature=0)
+    reference = reference_decoder(loaded.model, loaded.spec, pad_token_id=tok.pad_token_id).generate_anchored(
+        ids, [layout] * len(ids), settings, lambda t: tok.decode(t, skip_special_tokens=True))
+    assert served == [a.text for a in reference]

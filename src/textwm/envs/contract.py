@@ -163,6 +163,15 @@ class EnvSpec:
     #: :meth:`paper_reward` is defined (``reward: paper`` may be chosen).
     has_paper_reward: ClassVar[bool] = False
 
+    # --- anchored steps --------------------------------------------------------------------------------
+
+    def observed_frame(self, observation: str) -> list[tuple[bool, str]] | None:
+        """The frame this env's episodes' ``known_frame`` sends for an observation of this shape, read off the
+        observation itself: ``(is_slot, text)`` parts in order, fixed text and the text a slot stands for; None
+        where none of the env's frames fits (or the env has none). It measures offline how a world model fills
+        those frames (``scripts/anchor_experiment.py --placements structured``)."""
+        return None
+
     # --- rows ----------------------------------------------------------------------------------------
 
     def load_row(self, row: Mapping[str, Any], *, need_sim: bool = False) -> TaskStart:

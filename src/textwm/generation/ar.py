@@ -88,7 +88,7 @@ class ARDecoder(Decoder):
                     logits = self.model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1]
                     forwards += 1
                     if settings.repetition_penalty != 1.0:
-                        logits = apply_repetition_penalty(logits, seen, settings.repetition_penalty)
+                        logits = apply_repetition_penalty(logits[:, None], seen, settings.repetition_penalty)[:, 0]
                     tok = int(sample(logits, temperature=settings.temperature, top_k=settings.top_k,
                                      top_p=settings.top_p, generator=gen).tokens[0])
                     if tok in stops or tok == following:

@@ -264,8 +264,8 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
         """A request with a ``response_template``: every row's filled template, returned whole."""
         try:
             answers = await engine.answer_anchored(prepared)
-        except DecodeFailed as exc:
-            metrics.failed_requests += 1
+        except (DecodeFailed, RowsRefused) as exc:
+            metrics.failed_requests += isinstance(exc, DecodeFailed)
             return error_response(request, *_error_status(exc))
         completion = sum(a.completion_tokens for a in answers)
         usage = Usage(prompt_tokens=prepared.prompt_tokens, completion_tokens=completion,

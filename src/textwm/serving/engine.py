@@ -25,8 +25,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from textwm.generation.anchors import AnchoredAnswer, Layout, lay_out, parse_template
+from textwm.generation.anchors import AnchoredAnswer, Layout, answer, lay_out, parse_template, slots_of
 from textwm.generation.anchors import TemplateError as AnchorTemplateError
+from textwm.generation.base import Generation
 from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
@@ -40,7 +41,7 @@ from textwm.serving.scheduler import (
     RowsRefused,
     Work,
 )
-from textwm.serving.streaming import LoopMailbox, Submission, TextRow, text_decoder
+from textwm.serving.streaming import LoopMailbox, RowsFailed, Submission, TextRow, text_decoder
 from textwm.serving.templates import TemplateError, TemplateSandbox, check_template_kwargs
 
 log = logging.getLogger(__name__)
@@ -422,13 +423,50 @@ class Engine:
         return [layout] * len(rows)
 
     async def answer_anchored(self, prepared: Prepared) -> list[AnchoredAnswer]:
-        """The filled templates of an anchored request's rows (off the event loop).
+        """The filled templates of an anchored request's rows.
 
-        The family's reference decoder fills them on the model's weights, beside the worker's running rows (one
-        anchored batch at a time); the static engine does not take templates."""
+        Under the continuous scheduler its rows join the engine's running rows (anchors in their canvases,
+        :mod:`textwm.generation.engine.anchor_table`); under the batch scheduler the family's reference decoder
+        fills them on the model's weights off the event loop, beside the worker (one anchored batch at a time)."""
         assert prepared.layouts is not None
         self.metrics.anchored_requests += 1
+        if isinstance(self._scheduler, ContinuousScheduler):
+            canvases = await self._canvases_from_engine(prepared)
+            stop_ids = self.loaded.spec.stop_ids or ()
+            answers = []
+            for layout, row in zip(prepared.layouts, canvases):
+                slots, finish = slots_of(layout, row.token_ids, stop_ids)
+                answers.append(answer(layout, slots, self._decode, finish, row.num_forwards))
+            return answers
         return await asyncio.to_thread(self._answer_anchored, prepared)
+
+    async def _canvases_from_engine(self, prepared: Prepared) -> list[Generation]:
+        """Queue an anchored request's rows for the worker and wait for every row's canvas."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        canvases: list[Generation | None] = [None] * len(prepared.prompts)
+
+        def on_event(event: Any) -> None:   # on the event loop
+            if done.done():
+                return
+            if isinstance(event, RowsFailed):
+                done.set_exception(event.error)
+            elif event.finished is not None:
+                canvases[event.row] = event.finished
+                if all(c is not None for c in canvases):
+                    done.set_result(canvases)
+
+        work = Work(prompts=prepared.prompts, settings=prepared.settings, layouts=prepared.layouts,
+                    post=lambda event: loop.call_soon_threadsafe(on_event, event))
+        try:
+            self._intake.queue.put_nowait(work)
+        except queue.Full:
+            raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
+        try:
+            return await done
+        except asyncio.CancelledError:    # the client went away: free its rows
+            self._cancel(work, list(range(len(prepared.prompts))))
+            raise
 
     def _answer_anchored(self, prepared: Prepared) -> list[AnchoredAnswer]:
         with self._anchored_lock:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from textwm.generation.anchors import Layout
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.metrics import ServerMetrics
 from textwm.serving.streaming import RowsFailed, RowTokens
@@ -68,6 +69,9 @@ class Work:
     enqueued: float = field(default_factory=time.perf_counter)
     #: Rows the request no longer wants (set from the event loop: a new frozenset each time, read here).
     cancelled: frozenset[int] = frozenset()
+    #: An anchored request: each row's template layout (the continuous scheduler only; a row's finished
+    #: ``token_ids`` are then its canvas).
+    layouts: list[Layout] | None = None
 
     @property
     def batch_key(self) -> DecodeSettings:
@@ -227,7 +231,8 @@ class ContinuousScheduler:
                 if row in work.cancelled:
                     continue
                 key = (id(work), row)
-                self.engine.admit(key, prompt, work.settings, work.settings.gen_length)
+                self.engine.admit(key, prompt, work.settings, work.settings.gen_length,
+                                  work.layouts[row] if work.layouts is not None else None)
                 admitted.append(key)
                 self.active[key] = (work, row)
         except ValueError as exc:  # the engine's own checks (empty, too long, incompatible)

@@ -35,6 +35,21 @@ def test_the_known_frame_of_an_unknown_listing_is_the_template(monkeypatch):
     assert ep.known_frame("inventory") is None
 
 
+def test_the_frame_read_off_an_observation_is_the_known_frames_text():
+    """What scripts/anchor_experiment.py measures (``observed_frame``) has the fixed text ``known_frame`` sends."""
+    frame = SPEC.observed_frame("You arrive at fridge 1. The fridge 1 is open. In it, you see a mug 1, and an egg 2.")
+    assert frame == [(False, "You arrive at fridge 1. The fridge 1 is open. In it, you see "),
+                     (True, "a mug 1, and an egg 2"), (False, ".")]
+    assert [t for slot, t in frame if not slot] == [p for p in episode().known_frame("go to fridge 1")
+                                                     if isinstance(p, str)]
+    assert SPEC.observed_frame("You open the drawer 1. The drawer 1 is open. In it, you see nothing.")[1] == (
+        True, "nothing")
+    assert SPEC.observed_frame("On the desk 1, you see a pen 2.") == [
+        (False, "On the desk 1, you see "), (True, "a pen 2"), (False, ".")]
+    for other in ("Nothing happens.", "You pick up the mug 1 from the fridge 1.", "The fridge 1 is closed."):
+        assert SPEC.observed_frame(other) is None
+
+
 def test_an_anchored_step_through_the_proxy_keeps_the_known_text(tiny_sdar_dir):
     pytest.importorskip("uvicorn")
     from tests.loopback import native_stack

@@ -10,6 +10,8 @@ does decide, the sentence around the unknown listing, as a template for the worl
 
 from __future__ import annotations
 
+import re
+
 from textwm.envs.alfworld.scene import listed
 from textwm.envs.alfworld.tracker import MIDDLE, Tracker
 
@@ -67,6 +69,18 @@ def known_frame(t: Tracker, action: str) -> list | None:
             else f"On the {target}, you see ")
     arrive = f"You arrive at {target}. " if verb == "go" else ""
     return [arrive + view, {"fill": LISTING_TOKENS}, "."]
+
+
+#: An observation of :func:`known_frame`'s shape: its fixed text (group 1), the listing, the closing ".".
+_FRAMED = re.compile(r"((?:You arrive at [^.]+\. |You open the [^.]+\. )?"
+                     r"(?:On the [^,]+, you see |The [^.]+ is open\. In it, you see ))(.+)\.", re.DOTALL)
+
+
+def observed_frame(observation: str) -> list[tuple[bool, str]] | None:
+    """:func:`known_frame`'s frame read off an observation of its shape: ``[(False, fixed), (True, listing),
+    (False, ".")]``; None for any other observation."""
+    m = _FRAMED.fullmatch(observation)
+    return None if m is None else [(False, m.group(1)), (True, m.group(2)), (False, ".")]
 
 
 def object_view(t: Tracker, obj: str) -> str:

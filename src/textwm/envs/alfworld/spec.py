@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from textwm.data.jsonl import DataError
-from textwm.envs.alfworld import agent, reward
+from textwm.envs.alfworld import agent, responder, reward
 from textwm.envs.alfworld.env import AlfWorldSessionConfig
 from textwm.envs.alfworld.lenient import lenient_enabled
 from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
@@ -162,6 +162,9 @@ class AlfWorldSpec(EnvSpec):
         else:
             messages.append({"role": "user", "content": first})
         return messages, True
+
+    def observed_frame(self, observation: str) -> list[tuple[bool, str]] | None:
+        return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
         from textwm.envs.alfworld.build import AlfWorldBuilder

@@ -19,7 +19,7 @@ from typing import Any
 
 from textwm.envs.appworld import agent, paper_prompt
 from textwm.envs.appworld.calls import THINK
-from textwm.envs.appworld.responder import respond, track_login
+from textwm.envs.appworld.responder import known_frame, respond, track_login
 from textwm.envs.appworld.reward import episode_outcome, rules_of
 from textwm.envs.appworld.wm_prompt import wm_query
 from textwm.envs.appworld.world import World
@@ -82,6 +82,12 @@ class AppWorldEpisode:
             return paper_prompt.paper_response(self.world.text, name, paper_prompt.wm_arguments(arguments),
                                                self.logged_in)
         return respond(self.world, self.logged_in, name, arguments)
+
+    def known_frame(self, action: str) -> list | None:
+        """The response's fixed JSON around what the world model fills, as a template (sent with
+        ``$APPWORLD_WM_ANCHORS=1``: :func:`~textwm.envs.appworld.responder.known_frame`)."""
+        name, arguments = agent.action_call(action)
+        return known_frame(self.world, self.logged_in, name, arguments)
 
     def wm_query(self, action: str) -> WMQuery:
         return wm_query(self.world, self.logged_in, self.history(), action, layout=self.layout,

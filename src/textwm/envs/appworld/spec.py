@@ -10,7 +10,8 @@
   the world model; ``APPWORLD_WM_PROMPT=paper`` queries it in the paper's layout (rows built with
   ``--prompt-style paper`` say so themselves, ``wm_prompt``); ``APPWORLD_PAPER_RESPONDER=1``
   answers as the paper's plugin does where it can (records, canned writes); ``APPWORLD_WM_JSON_REPAIR=1`` repairs
-  world-model answers as it does;
+  world-model answers as it does; ``APPWORLD_WM_ANCHORS=1`` sends the part of a response the call and the API's
+  schema decide (a list's brackets, an object's keys, a 422's wording) as a template (``responder.known_frame``);
 * reward: :mod:`~textwm.envs.appworld.reward` (the answer against ``ground_truth``, credentials, placeholders,
   repeats); success: a question task answered right;
 * real env: :class:`~textwm.envs.appworld.real.AppWorldEnv`, the installed AppWorld apps in their own
@@ -23,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textwm.envs.appworld import agent, reward
+from textwm.envs.appworld import agent, responder, reward
 from textwm.envs.appworld.real import AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
 from textwm.envs.appworld.wm_prompt import LAYOUTS, WM_PROMPT_ENV
@@ -42,6 +43,7 @@ class AppWorldSpec(EnvSpec):
     title = "AppWorld"
     class_prefix = "AppWorld"
     guard_env = "APPWORLD_WM_GUARD"
+    anchors_env = "APPWORLD_WM_ANCHORS"
     unparseable_limit = reward.UNPARSEABLE_LIMIT
     invalid_reply_hint = ('You must reply with exactly one tool call and no prose, as this JSON array: '
                           '[{"name": "tool_name", "parameters": {"param": "value"}}]')
@@ -139,6 +141,9 @@ class AppWorldSpec(EnvSpec):
         config = config or AppWorldSessionConfig()
         rows = [*config.rows, rows_path] if rows_path not in config.rows else list(config.rows)
         return replace(config, rows=rows)
+
+    def observed_frame(self, observation: str) -> list[tuple[bool, str]] | None:
+        return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
         from textwm.envs.appworld.build import AppWorldBuilder

@@ -15,7 +15,9 @@ from the agent: the env injects it) and response schemas. Nothing here is hand-w
 
 from __future__ import annotations
 
+import ast
 import json
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -71,6 +73,63 @@ class Param:
         if not self.required and self.default is not None:
             schema["default"] = self.default
         return schema
+
+    def accepts(self, value: Any) -> bool | None:
+        """Whether the app's validation surely passes (True) or surely refuses (False) ``value``; None where it
+        cannot be told here (a value of another JSON type, which pydantic may coerce, or a check not stated in
+        :attr:`constraints`: an email address, a list's items).
+
+        Read from the declared type and :attr:`constraints` (``value >= 1.0, <= 20.0``, ``length >= 1``,
+        ``value in ['a', 'b']``): one check that fails refuses the value, whatever the others say."""
+        if not _typed_as(self.type, value):
+            return None
+        verdicts = [_holds(c, value) for c in self.constraints]
+        if False in verdicts:
+            return False
+        return None if None in verdicts else True
+
+
+_COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+def _typed_as(declared: str, value: Any) -> bool:
+    """``value`` is a JSON value of the parameter's declared type as it is (no coercion needed)."""
+    if isinstance(value, bool):
+        return declared == "boolean"
+    if declared == "integer":
+        return isinstance(value, int)
+    if declared == "number":
+        return isinstance(value, (int, float))
+    return declared == "string" and isinstance(value, str)
+
+
+def _holds(constraint: str, value: Any) -> bool | None:
+    """One stated check on ``value`` (of its declared type): True, False, or None when it is not one read here."""
+    subject, _, rule = constraint.partition(" ")
+    if subject == "value" and rule.startswith("in ["):
+        try:
+            return value in ast.literal_eval(rule[len("in "):])
+        except (ValueError, SyntaxError):
+            return None
+    if subject == "length" and isinstance(value, str):
+        measured: Any = len(value)
+    elif subject == "value" and not isinstance(value, str):
+        measured = value
+    else:
+        return None
+    verdict: bool | None = True
+    for part in rule.split(","):
+        op, _, bound = part.strip().partition(" ")
+        try:
+            limit = float(bound)
+        except ValueError:
+            verdict = None
+            continue
+        if op not in _COMPARE:
+            verdict = None
+        elif not _COMPARE[op](measured, limit):
+            return False
+    return verdict
 
 
 @dataclass(frozen=True)

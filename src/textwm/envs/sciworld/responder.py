@@ -215,6 +215,17 @@ def known_frame(tracker: EpisodeTracker, action: str) -> list | None:
     return [head, {"fill": LISTING_TOKENS}, baked[doors_at:]]
 
 
+def observed_frame(observation: str) -> list[tuple[bool, str]] | None:
+    """:func:`known_frame`'s frame read off a look's observation (its door list as fixed text, as when no door
+    changed): ``[(False, head), (True, objects), (False, doors)]``; None for any other observation."""
+    start = _LISTING_START.search(observation)
+    doors_at = observation.find(_DOORS)
+    if start is None or doors_at <= start.end() or not observation.startswith(("This room", "This outside")):
+        return None
+    return [(False, observation[:start.end()]), (True, observation[start.end():doors_at]),
+            (False, observation[doors_at:])]
+
+
 def _unchanged_since_last_look(tracker: EpisodeTracker) -> bool:
     """The latest step that cost time came before the agent's latest look (here)."""
     for action, observation in reversed(tracker.history):

@@ -39,7 +39,7 @@ from typing import Any
 from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
-from textwm.envs.sciworld import agent, reward
+from textwm.envs.sciworld import agent, responder, reward
 from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, check_task, parse_task_id
 from textwm.envs.sciworld.paper_form import SciWorldPaperForm
 from textwm.envs.sciworld.sim import SciWorldEpisode
@@ -221,6 +221,9 @@ class SciWorldSpec(EnvSpec):
                     simplification=baked.simplification or DEFAULT_SIMPLIFICATION)
         messages[-1] = {"role": "user", "content": agent.first_user_message(real)}
         return messages, True
+
+    def observed_frame(self, observation: str) -> list[tuple[bool, str]] | None:
+        return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
         from textwm.envs.sciworld.build import SciWorldBuilder

@@ -6,12 +6,19 @@ The prefill's last logits give the first token; each step feeds a row's last tok
 repetition penalty over the prompt and output, temperature, top-k, top-p; greedy at temperature 0). A row
 ends at a stop id (left out of the output, finish "stop") or after its budget of tokens ("length").
 Each row samples by its own request's settings (:func:`~textwm.generation.sampling.sample_rows`).
+
+An anchored row (a response template, :mod:`textwm.generation.engine.anchor_table`) is forced on the host, as
+the reference :meth:`ARDecoder.generate_anchored <textwm.generation.ar.ARDecoder.generate_anchored>` forces it:
+at an anchor's position the sampled token is replaced by the anchor's, one per step; a slot ends at N tokens, a
+stop id, or the next anchor's first token. Its canvas pads a slot that ended early with a stop id, so that
+:func:`~textwm.generation.anchors.slots_of` reads its slots as for the diffusion families.
 """
 
 from __future__ import annotations
 
 import torch
 
+from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.rows import Rows, RowsContext, Update
 from textwm.generation.sampling import apply_repetition_penalty, sample_rows
@@ -28,10 +35,19 @@ class ARRows(Rows):
         self.pos = torch.zeros(self.max_rows, dtype=torch.long, device=self.device)
         self.host_pos: dict[int, int] = {}
         self.budgets: dict[int, int] = {}
+        #: Anchored rows: their layout and the canvas position their next token is for.
+        self.layouts: dict[int, Layout] = {}
+        self.cursor: dict[int, int] = {}
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
-             settings: list[DecodeSettings]) -> list[Update]:
+             settings: list[DecodeSettings], layouts: list[Layout | None] | None = None) -> list[Update]:
+        if layouts is not None and any(layouts) and not self.stop_set:
+            raise ValueError("anchored decoding of an AR model needs the checkpoint's stop ids (a slot that ends "
+                             "early is closed with one)")
         self.start_rows(slots, settings)
+        for slot, layout in zip(slots, layouts or [None] * len(slots)):
+            if layout is not None:
+                self.layouts[slot], self.cursor[slot] = layout, 0
         idx = torch.tensor(slots, device=self.device)
         for slot, p in zip(slots, prompts):
             self.mark_seen(slot, p)
@@ -44,8 +60,8 @@ class ARRows(Rows):
 
     def reset(self, slot: int) -> None:
         self.pos[slot] = 0
-        self.host_pos.pop(slot, None)
-        self.budgets.pop(slot, None)
+        for table in (self.host_pos, self.budgets, self.layouts, self.cursor):
+            table.pop(slot, None)
 
     def _sample(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Next token ``[n]`` from ``logits [n, V]`` of engine rows ``rows [n]``."""
@@ -67,7 +83,18 @@ class ARRows(Rows):
 
         The next forward's inputs move on for every row on the device first, without a host round trip (a
         finishing row's are reset by :meth:`finish`); then the tokens are read, the step's one synchronisation.
+        Anchored rows need the sampled tokens on the host first: what they feed is an anchor's token or theirs.
         """
+        forced: dict[int, tuple[list[int], str | None]] = {}
+        if self.layouts and any(s in self.layouts for s in rows):
+            sampled = tokens.tolist()
+            fed = []
+            for slot, tok in zip(rows, sampled):
+                if slot in self.layouts:
+                    tok, new, finish = self._anchor_step(slot, tok)
+                    forced[slot] = (new, finish)
+                fed.append(tok)
+            tokens = torch.tensor(fed, device=self.device)
         self.last[idx] = tokens
         self.pos[idx] += 1
         if self.penalize:
@@ -75,6 +102,13 @@ class ARRows(Rows):
         updates = []
         for slot, tok in zip(rows, tokens.tolist()):
             out = self.outputs[slot]
+            if slot in forced:
+                new, finish = forced[slot]
+                out += new
+                self.host_pos[slot] += 1
+                done = None if finish is None else self.finish(slot, Generation(token_ids=out, finish_reason=finish))
+                updates.append((slot, new, done))
+                continue
             if tok in self.stop_set:
                 updates.append((slot, [], self.finish(slot, Generation(token_ids=out, finish_reason="stop"))))
                 continue
@@ -85,3 +119,24 @@ class ARRows(Rows):
             else:
                 updates.append((slot, [tok], None))
         return updates
+
+    def _anchor_step(self, slot: int, tok: int) -> tuple[int, list[int], str | None]:
+        """An anchored row's step, given the token it sampled for its canvas position: the token it feeds next,
+        the canvas tokens it adds, and its finish reason once its canvas is done (else None)."""
+        layout, c = self.layouts[slot], self.cursor[slot]
+        new: list[int] = []
+        if layout.fixed[c] is None:                                   # in a slot
+            end = next(e for s, e in layout.spans if s <= c < e)
+            following = layout.fixed[end] if end < len(layout) else None
+            if tok not in self.stop_set and tok != following:
+                self.cursor[slot] = c + 1
+                return tok, [tok], "length" if c + 1 >= len(layout) else None
+            if c >= layout.open_from:                                 # a stop in the open last slot ends the answer
+                return tok, [tok], "stop"
+            pad = next(iter(self.ctx.spec.stop_ids))
+            new, c = [pad] * (end - c), end                           # the slot ends here; the next anchor follows
+            if c >= len(layout):
+                return tok, new, "stop"
+        tok = int(layout.fixed[c])                                    # an anchor's position: forced
+        self.cursor[slot] = c + 1
+        return tok, [*new, tok], ("stop" if c + 1 >= len(layout) else None)

@@ -17,9 +17,12 @@ generator seeded by it, so they run only with rows of the same settings. A greed
 on the other rows, whatever those sample; a sampled row's draw does (the rows draw from one random stream, as
 in the reference decoders).
 
+A request may bring a response template's layout (:mod:`textwm.generation.anchors`): its row decodes the
+template's canvas, anchors kept (:mod:`textwm.generation.engine.anchor_table`), beside rows without one.
+
 The rules are the reference decoders' (:mod:`textwm.generation.ar`, :mod:`~textwm.generation.sdar` under both
-rule sets, :mod:`~textwm.generation.wedlm`); their greedy output is the engine's, token for token
-(tests/generation/test_engine.py).
+rule sets, :mod:`~textwm.generation.wedlm`), anchored decoding included; their greedy output is the engine's,
+token for token (tests/generation/test_engine.py, tests/generation/test_engine_anchored.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 import torch
 
+from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.families import FAMILY_ROWS, RowsContext, capacity_slack
 from textwm.generation.engine.graphs import GraphedForward
@@ -105,7 +109,7 @@ class DecodeEngine:
         on_cuda = self.net.device.type == "cuda"
         self.blas = None if blas == "default" or not on_cuda else ("cublaslt" if blas == "auto" else blas)
         self._keys: list[Hashable | None] = [None] * max_rows
-        self._joining: list[tuple[int, list[int], int, DecodeSettings]] = []
+        self._joining: list[tuple[int, list[int], int, DecodeSettings, Layout | None]] = []
         self._settings: DecodeSettings | None = None
         self._rows: Any = None
         #: Unseeded row states by step structure, kept for the next requests of that structure.
@@ -136,8 +140,13 @@ class DecodeEngine:
             return False
         return settings.seed is None or settings.batch_key() == running.batch_key()
 
-    def admit(self, key: Hashable, prompt: Sequence[int], settings: DecodeSettings, max_tokens: int) -> None:
+    def admit(self, key: Hashable, prompt: Sequence[int], settings: DecodeSettings, max_tokens: int,
+              layout: Layout | None = None) -> None:
         """Give a request a row; it is prefilled and decodes from the next :meth:`step`.
+
+        With a ``layout`` (a response template's canvas) the row decodes that canvas, whose length is then its
+        ``max_tokens``; its finished ``token_ids`` are the canvas (:func:`~textwm.generation.anchors.slots_of`
+        reads the slots).
 
         Raises:
             EngineFull: no free row.
@@ -146,6 +155,8 @@ class DecodeEngine:
         """
         if key in self._keys:
             raise ValueError(f"request {key!r} is already decoding")
+        if layout is not None:
+            max_tokens = len(layout)
         if not prompt:
             raise ValueError("empty prompt: the engine needs at least one prompt token")
         if max_tokens < 1 or len(prompt) + max_tokens > self.max_len:
@@ -160,7 +171,7 @@ class DecodeEngine:
         if self.num_active == 0:
             self._start(settings)
         self._keys[slot] = key
-        self._joining.append((slot, list(prompt), max_tokens, settings))
+        self._joining.append((slot, list(prompt), max_tokens, settings, layout))
 
     def cancel(self, key: Hashable) -> None:
         """Stop decoding ``key`` (its client went away); unknown keys are ignored."""
@@ -205,10 +216,11 @@ class DecodeEngine:
     def _step(self) -> list[RowUpdate]:
         news = []
         if self._joining:
-            slots, prompts, budgets, settings = (list(x) for x in zip(*self._joining))
+            slots, prompts, budgets, settings, layouts = (list(x) for x in zip(*self._joining))
             self._joining = []
             started = time.perf_counter()
-            news += self._rows.join(slots, prompts, budgets, settings)   # AR: the prefill gives each row a token
+            # AR: the prefill gives each row a token
+            news += self._rows.join(slots, prompts, budgets, settings, layouts if any(layouts) else None)
             self._sync()
             self.stats.prefill_s += time.perf_counter() - started
         if self._rows is not None and self._rows.active:
@@ -235,13 +247,24 @@ class DecodeEngine:
 
         The contract of the reference decoders' ``generate``; ``gen_lengths`` gives per-row budgets.
         """
+        if gen_lengths is not None and (len(gen_lengths) != len(prompts) or min(gen_lengths, default=1) < 1):
+            raise ValueError("gen_lengths must give a positive length for every prompt")
+        budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
+        return self._run_all(prompts, settings, budgets, [None] * len(prompts))
+
+    def generate_anchored(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
+                          layouts: Sequence[Layout]) -> list[Generation]:
+        """Decode each prompt's template canvas (offline use): ``token_ids`` are the canvas, anchors in place."""
+        if len(layouts) != len(prompts) or any(len(layout) == 0 for layout in layouts):
+            raise ValueError("every prompt needs a non-empty layout")
+        return self._run_all(prompts, settings, [len(layout) for layout in layouts], list(layouts))
+
+    def _run_all(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings, budgets: list[int],
+                 layouts: list[Layout | None]) -> list[Generation]:
         if not prompts:
             return []
-        if gen_lengths is not None and (len(gen_lengths) != len(prompts) or min(gen_lengths) < 1):
-            raise ValueError("gen_lengths must give a positive length for every prompt")
         if self.num_active:
             raise RuntimeError("generate() needs an idle engine; it is serving requests")
-        budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
         for i, p in enumerate(prompts):
             if not p:
                 raise ValueError(f"prompt {i} is empty: the engine needs at least one prompt token")
@@ -254,7 +277,7 @@ class DecodeEngine:
             while waiting or self.num_active:
                 while waiting and self.free_rows:
                     i = waiting.pop()
-                    self.admit(i, prompts[i], settings, budgets[i])
+                    self.admit(i, prompts[i], settings, budgets[i], layouts[i])
                 for update in self.step():
                     if update.finished is not None:
                         results[update.key] = update.finished
@@ -262,7 +285,6 @@ class DecodeEngine:
             self.reset()   # the next call finds an idle engine, not this call's half-decoded rows
             raise
         return results  # type: ignore[return-value]
-
 
     def warm_up(self, settings: DecodeSettings) -> None:
         """Compile and capture, before the first request, what it would otherwise wait for (seconds on CUDA):

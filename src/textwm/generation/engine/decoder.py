@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from textwm.generation.anchors import AnchoredAnswer, Layout, answer, slots_of
 from textwm.generation.base import Decoder, Generation
 from textwm.generation.engine.core import DecodeEngine
 from textwm.generation.engine.graphs import row_bucket
@@ -49,3 +50,17 @@ class EngineDecoder(Decoder):
         budgets = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
         length = max(len(p) + b for p, b in zip(prompts, budgets))
         return self._engine_for(len(prompts), length).generate(prompts, settings, gen_lengths)
+
+    def generate_anchored(self, prompts: Sequence[Sequence[int]], layouts: Sequence[Layout],
+                          settings: DecodeSettings, decode: Any) -> list[AnchoredAnswer]:
+        """Fill each row's template (:mod:`textwm.generation.anchors`), as the family's reference decoder does;
+        ``decode``: token ids -> text."""
+        if not prompts:
+            return []
+        length = max(len(p) + len(layout) for p, layout in zip(prompts, layouts))
+        rows = self._engine_for(len(prompts), length).generate_anchored(prompts, settings, layouts)
+        out = []
+        for layout, row in zip(layouts, rows):
+            slots, finish = slots_of(layout, row.token_ids, self.spec.stop_ids or ())
+            out.append(answer(layout, slots, decode, finish, row.num_forwards))
+        return out

@@ -17,6 +17,10 @@ stopping) are called here, so the two paths cannot drift. What differs is the la
   which the ``generate`` schedule needs (a step's transfer count is the same for all rows). New rows join
   between blocks.
 
+An anchored row (a response template, :mod:`textwm.generation.engine.anchor_table`; generate rules only) has
+its anchors written into each block before the block's first forward, as the reference decoder does: they are
+not masks, so they are never remasked, and each slot is denoised with the anchors on both of its sides in view.
+
 Each row samples by its own request's temperature, top-k, top-p and repetition penalty
 (:func:`~textwm.generation.sampling.sample_rows`, :func:`~textwm.generation.sdar_lmdeploy.lmdeploy_sample_rows`);
 the rest of the settings is the rows' common step structure.
@@ -26,7 +30,9 @@ from __future__ import annotations
 
 import torch
 
+from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
+from textwm.generation.engine.anchor_table import NO_ANCHOR, AnchorTable, collect_canvas
 from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
 from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample_rows
@@ -72,12 +78,15 @@ class SDARRows(Rows):
         self.host_plen: dict[int, int] = {}
         self.host_end: dict[int, int] = {}
         self.host_pending: set[int] = set()
+        self.anchors = AnchorTable(n, ctx.net.capacity, dev)
 
     # --- rows joining and leaving -----------------------------------------------------------------------
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
-             settings: list[DecodeSettings]) -> list[Update]:
+             settings: list[DecodeSettings], layouts: list[Layout | None] | None = None) -> list[Update]:
         blk, dev = self.blk, self.device
+        if layouts is not None and any(layouts) and self.lmdeploy:
+            raise ValueError("anchored decoding runs under the generate rules, not sdar_rules='lmdeploy'")
         self.start_rows(slots, settings)
         full = [len(p) // blk * blk for p in prompts]
         pre = [i for i, f in enumerate(full) if f > 0]
@@ -105,10 +114,25 @@ class SDARRows(Rows):
         self.col0[idx], self.appendable[idx], self.gen_from[idx] = table[:, blk], table[:, blk + 1], tail_len
         self.ignore_stops[idx] = tail_len > 0
         self.pending[idx] = False
+        if layouts is not None and any(layouts):
+            self.anchors.set_rows(slots, [len(p) for p in prompts], layouts)
+            self._place_anchors([s for s, layout in zip(slots, layouts) if layout is not None])
         return []
+
+    def _place_anchors(self, slots: list[int]) -> None:
+        """Write the anchors of anchored rows ``slots`` into their current blocks (masks until now)."""
+        if not slots:
+            return
+        idx = torch.tensor(slots, device=self.device)
+        offsets = self.col0[idx, None] + self.arange - self.anchors.prompt_len[idx, None]     # answer positions
+        anchor = self.anchors.at(offsets, rows=idx)
+        is_anchor = anchor != NO_ANCHOR
+        self.block[idx] = torch.where(is_anchor, anchor, self.block[idx])
+        self.masked[idx] &= ~is_anchor
 
     def reset(self, slot: int) -> None:
         self.masked[slot], self.pending[slot], self.col0[slot] = False, False, 0
+        self.anchors.clear(slot)
         for table in (self.host_col0, self.host_plen, self.host_end):
             table.pop(slot, None)
         self.host_pending.discard(slot)
@@ -209,6 +233,7 @@ class SDARRows(Rows):
         for slot in slots:
             self.host_col0[slot] += self.blk
         self.host_pending.update(slots)
+        self._place_anchors([s for s in slots if s in self.anchors.layouts])
 
     def _finish_generate(self, b: int) -> list[Update]:
         """generate.py rules: a row ends at a block holding a generated stop id or reaching ``end_pos``."""
@@ -220,7 +245,10 @@ class SDARRows(Rows):
         for slot, toks in zip(v.rows, blocks):
             col0, plen = self.host_col0[slot], self.host_plen[slot]
             new, stopped = [], False
-            for j, tok in enumerate(toks):
+            layout = self.anchors.layouts.get(slot)
+            if layout is not None:    # the canvas: anchors and slots, stop ids included
+                stopped = collect_canvas(new, layout, toks, col0 - plen, self.stop_set)
+            for j, tok in enumerate(toks if layout is None else ()):
                 if col0 + j >= plen:       # a generated position (the prompt's tail is not)
                     if tok in self.stop_set:
                         stopped = True

@@ -20,6 +20,11 @@ is one CUDA graph per (bucket, width, kv bucket), kept with the rows (:meth:`Gra
 <textwm.generation.engine.graphs.GraphedForward.capture_step>`): its only host work is reading the run it
 committed. Otherwise only the forward is a graph, and the mask slots are gathered and drawn eagerly.
 
+An anchored row (a response template, :mod:`textwm.generation.engine.anchor_table`) enters every slot that
+comes into its window at an anchor's position as filled with the anchor (the first window, and each refill):
+fed before the masks and never redrawn, as in the reference decoder; its output is its canvas
+(:func:`~textwm.generation.wedlm.commit_anchored`).
+
 Each row draws by its own request's temperature, top-k and top-p
 (:func:`~textwm.generation.sampling.sample_filter_first_rows`); no repetition penalty (upstream has none).
 """
@@ -28,12 +33,14 @@ from __future__ import annotations
 
 import torch
 
+from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
+from textwm.generation.engine.anchor_table import NO_ANCHOR, AnchorTable
 from textwm.generation.engine.graphs import kv_bucket
 from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
 from textwm.generation.sampling import logits_entropy, sample_filter_first, sample_filter_first_rows
 from textwm.generation.settings import DecodeSettings
-from textwm.generation.wedlm import commit_run
+from textwm.generation.wedlm import anchored_slots, commit_anchored, commit_run, leading_run
 
 #: A forward's width (window + refill) is rounded up to a multiple of this (capped at 2W).
 WIDTH_STEP = 4
@@ -62,22 +69,31 @@ class WeDLMRows(Rows):
         self.host_run: dict[int, int] = {}
         self.budgets: dict[int, int] = {}
         self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}   # (bucket, width, kv_len) -> step
+        self.anchors = AnchorTable(n, ctx.net.capacity, dev)
 
     def join(self, slots: list[int], prompts: list[list[int]], budgets: list[int],
-             settings: list[DecodeSettings]) -> list[Update]:
+             settings: list[DecodeSettings], layouts: list[Layout | None] | None = None) -> list[Update]:
         self.start_rows(slots, settings)
         idx = torch.tensor(slots, device=self.device)
         self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id)
         self.count_forward(slots)
         self.length[idx] = torch.tensor([len(p) for p in prompts], device=self.device)
-        self.win[idx], self.filled[idx], self.run[idx] = self.mask_id, False, 0
         self.host_length.update((slot, len(p)) for slot, p in zip(slots, prompts))
-        self.host_run.update((slot, 0) for slot in slots)
         self.budgets.update(zip(slots, budgets))
+        layouts = layouts or [None] * len(slots)
+        self.anchors.set_rows(slots, [len(p) for p in prompts], layouts)
+        # The first window: a mask in each slot, or the anchor at its answer position.
+        windows = [anchored_slots(layout, 0, self.w) for layout in layouts]
+        runs = [leading_run(window) for window in windows]
+        self.win[idx] = torch.tensor([[self.mask_id if t is None else t for t in w] for w in windows], device=self.device)
+        self.filled[idx] = torch.tensor([[t is not None for t in w] for w in windows], device=self.device)
+        self.run[idx] = torch.tensor(runs, device=self.device)
+        self.host_run.update(zip(slots, runs))
         return []
 
     def reset(self, slot: int) -> None:
         self.length[slot], self.filled[slot], self.run[slot] = 0, False, 0
+        self.anchors.clear(slot)
         for table in (self.host_length, self.host_run, self.budgets):
             table.pop(slot, None)
 
@@ -123,8 +139,12 @@ class WeDLMRows(Rows):
         filled = self.filled[:b] & active[:, None]
         run = self.run[:b]                                                          # [b] leading filled run
         idx = torch.arange(q, device=dev)
-        ext_tok = torch.cat([self.win[:b], torch.full((b, w), self.mask_id, dtype=torch.long, device=dev)], 1)[:, :q]
-        ext_fill = torch.cat([filled, torch.zeros((b, w), dtype=torch.bool, device=dev)], 1)[:, :q]
+        # The refill: masks, or an anchored row's anchors at their answer positions (committed + W + i).
+        committed = self.length[:b] - self.anchors.prompt_len[:b]
+        refill = self.anchors.at(committed[:, None] + w + torch.arange(w, device=dev))          # [b, w]
+        refill_fill = (refill != NO_ANCHOR) & active[:, None]
+        ext_tok = torch.cat([self.win[:b], torch.where(refill_fill, refill, self.mask_id)], 1)[:, :q]
+        ext_fill = torch.cat([filled, refill_fill], 1)[:, :q]
         valid = idx[None, :] < (w + run)[:, None]                                   # [b, q] real window slots
         order = torch.argsort(torch.where(valid, torch.where(ext_fill, idx, q + idx), 2 * q + idx), dim=1)
         fed_fill, fed_valid = ext_fill.gather(1, order), valid.gather(1, order)
@@ -200,7 +220,9 @@ class WeDLMRows(Rows):
             run = self.host_run[slot]
             self.host_length[slot] += run
             self.host_run[slot] = next_run[slot][0]
-            done = commit_run(result, run_tokens[slot][:run], self.budgets[slot], self.stop_set)
+            layout = self.anchors.layouts.get(slot)
+            done = (commit_run(result, run_tokens[slot][:run], self.budgets[slot], self.stop_set) if layout is None
+                    else commit_anchored(result, run_tokens[slot][:run], layout, self.stop_set))
             new = out[before:]
             updates.append((slot, new, self.finish(slot, result) if done else None))
         return updates
