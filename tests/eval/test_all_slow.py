@@ -84,6 +84,19 @@ def test_eval_all_end_to_end(sw_data, tiny_models, wm_stack, tmp_path):
     md = (out / "eval_sciworld.md").read_text()
     assert "CR = W2R / Real" in md and "## Agent in the real env" in md and "Single-step" in md
     assert json.loads((out / "eval_config.json").read_text())["workers"] == 2
+    agreement = json.loads((out / "agreement.json").read_text())
+    assert agreement["episodes"] == n and agreement["all"]["steps"] == agreement.get("wm", {}).get("steps", 0) > 0
+    assert "Per-step agreement" in md
+
+    # The same WM episodes replayed from their file (the world model ran elsewhere): the same replays.
+    again = tmp_path / "w2r"
+    proc = run_script("sciworld/eval_sciworld.py", "w2r", "--rows", str(sw_data.rl), "--wm-episodes",
+                      str(out / "episodes_wm.jsonl"), "--workers", "2", "--output-dir", str(again), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replayed = read_jsonl(again / "episodes_w2r.jsonl")
+    assert [(e["episode_id"], e["actions"], e["observations"], e["score"]) for e in replayed] == [
+        (e["episode_id"], e["actions"], e["observations"], e["score"]) for e in w2r]
+    assert json.loads((again / "agreement.json").read_text()) == agreement
 
 
 def test_a_worker_that_dies_mid_episode_is_replaced(sw_data):

@@ -110,3 +110,24 @@ def test_success_rate_intervals_are_wilson_95(successes, episodes, interval):
     from textwm.eval.episodes import wilson_interval
 
     assert wilson_interval(successes, episodes) == interval
+
+
+def test_per_step_agreement_compares_the_same_actions_by_who_answered():
+    from textwm.eval.closed_loop import step_agreement
+    from textwm.eval.episodes import EpisodeRecord
+
+    def record(mode, actions, observations, sources=()):
+        return EpisodeRecord(mode=mode, episode_id="e1", task_id="t", task="t", score=0.0, success=False, done=False,
+                             turns=len(actions), reason="", actions=actions, observations=observations,
+                             sources=list(sources), extra={"wm_steps": 1})
+
+    # An unparseable reply (None) is not replayed: the replay's actions line up with the parsed ones.
+    wm = record("wm", ["look", None, "go north", "take key"], ["A room.", None, "A hall. ", "You take it."],
+                ["local", None, "wm", "wm"])
+    real = record("w2r", ["look", "go north", "take key"], ["A room.", "A hall.", "There is no key."])
+    got = step_agreement([wm], [real])
+    assert got == {"all": {"steps": 3, "agree": 2, "rate": 0.6667}, "local": {"steps": 1, "agree": 1, "rate": 1.0},
+                   "wm": {"steps": 2, "agree": 1, "rate": 0.5}, "episodes": 1}
+    assert step_agreement([wm], []) == {"episodes": 0}
+    # A record read back from its dict is the same record (its extra keys included).
+    assert EpisodeRecord.from_dict(wm.to_dict()) == wm

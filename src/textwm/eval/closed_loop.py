@@ -9,6 +9,8 @@
   the env's fallback observation (counted: ``fallback_steps``).
 * :func:`replay_in_real` — W2R: each WM episode's actions, in order, replayed in the real env from the
   same task's start (the same episode loop, with an agent that replays them); the real score is recorded.
+* :func:`step_agreement` — per step, the WM episode's observation against the real env's after the same action
+  in its W2R replay.
 
 Rows are read once by the env's spec (:meth:`~textwm.envs.contract.EnvSpec.load_row`) into
 :class:`~textwm.envs.contract.TaskStart`; rows without a simulator start state (the paper's released
@@ -309,6 +311,35 @@ def replay_in_real(spec: EnvSpec, wm_records: Sequence[EpisodeRecord], starts_by
     summary = summarize(records)
     summary["seconds"] = round(time.perf_counter() - started, 2)
     return EvalResult(records, summary)
+
+
+def step_agreement(wm_records: Sequence[EpisodeRecord], w2r_records: Sequence[EpisodeRecord]) -> dict[str, Any]:
+    """Per-step agreement of the simulated env with the real one: each WM episode's observation after each parsed
+    action against the real env's after the same action in the episode's W2R replay (exact, whitespace-trimmed),
+    over the steps both took; in all and by who answered in the simulator (``local``, ``wm``, ``fallback``).
+
+    Returns ``{source: {"steps", "agree", "rate"}}`` (``all`` included) and ``episodes``: those compared."""
+    replays = {r.episode_id: r for r in w2r_records}
+    steps, agree, episodes = Counter(), Counter(), 0
+    for wm in wm_records:
+        real = replays.get(wm.episode_id)
+        if real is None:
+            continue
+        episodes += 1
+        sources = wm.sources or [None] * len(wm.actions)
+        simulated = [(o, s) for a, o, s in zip(wm.actions, wm.observations, sources) if a is not None]
+        actual = [o for a, o in zip(real.actions, real.observations) if a is not None]
+        for (observed, source), truth in zip(simulated, actual):
+            if observed is None or truth is None:
+                continue
+            same = observed.strip() == truth.strip()
+            for key in ("all", source or "unknown"):
+                steps[key] += 1
+                agree[key] += same
+    out: dict[str, Any] = {k: {"steps": steps[k], "agree": agree[k], "rate": round(agree[k] / steps[k], 4)}
+                           for k in steps}
+    out["episodes"] = episodes
+    return out
 
 
 class _ReplayBackend:

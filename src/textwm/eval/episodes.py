@@ -21,7 +21,7 @@ import statistics
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
@@ -107,6 +107,12 @@ class EpisodeRecord:
                    success=success, done=t.env_ended, turns=t.turns, reason=t.end_reason or "", actions=t.actions,
                    observations=t.observations, scores=t.scores, sources=t.sources, replies=t.replies,
                    unparseable=t.unparseable, error=t.error, seconds=round(seconds, 3), extra=extra)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeRecord:
+        """A record as :meth:`to_dict` wrote it (its extra keys back in ``extra``)."""
+        names = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in d.items() if k in names}, extra={k: v for k, v in d.items() if k not in names})
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -11,7 +11,12 @@ Modes:
 * ``fidelity`` — teacher-forced single-step WM scores on held-out real transitions: ``single_step/``
   (the scorer's files, ``eval_summary.json``) and ``fidelity.json``;
 * ``all`` — all of the above for one agent, plus W2R replays (``episodes_w2r.jsonl``) and
-  ``fidelity.json`` with Real / WM / W2R success rates (with counts) and CR = W2R / Real.
+  ``fidelity.json`` with Real / WM / W2R success rates (with counts) and CR = W2R / Real;
+* ``w2r`` — the W2R replays of an earlier ``agent-wm`` run's episodes (``--wm-episodes``), where the world model
+  ran on another machine: ``episodes_w2r.jsonl``, ``summary_w2r.json``.
+
+``all`` and ``w2r`` also write ``agreement.json``: per step, the simulated observation against the real env's
+after the same action (:func:`textwm.eval.closed_loop.step_agreement`).
 
 Every run writes ``eval_config.json`` (the resolved config, API key left out) and ``eval_<env>.md``
 (the summary tables).
@@ -31,14 +36,14 @@ from textwm.envs.registry import env_names, get_env
 
 log = logging.getLogger(__name__)
 
-MODES = ("agent-real", "agent-wm", "fidelity", "all")
+MODES = ("agent-real", "agent-wm", "fidelity", "all", "w2r")
 
 
 @dataclass
 class EvalConfig:
     """Agent success in the real env and in the world model, W2R and CR, and single-step WM fidelity."""
 
-    mode: str = option("all", "what to evaluate: agent-real | agent-wm | fidelity | all", positional=True,
+    mode: str = option("all", "what to evaluate: agent-real | agent-wm | fidelity | all | w2r", positional=True,
                        choices=MODES)
     env: str = option("", "the env (a registered name, e.g. sciworld)")
     output_dir: str = option("", "where episodes, summaries and fidelity.json go")
@@ -66,6 +71,7 @@ class EvalConfig:
     device: str = option("auto", "local agent device: auto, cpu, cuda, cuda:1, ...")
     seed: int = option(0, "local agent sampling seed")
     wm_endpoint: str = option("", "WM proxy for the agent-in-WM episodes", env="WM_ENDPOINT")
+    wm_episodes: str = option("", "w2r: the episodes_wm.jsonl of an agent-wm run, replayed in the real env")
     wm_api_key: str = option("", "bearer token of the WM proxy and of --wm-url, when they have one", env="WM_API_KEY",
                              secret=True)
     wm_guard: str = option("", "1: local responder first, 0: every step to the WM (default: $<ENV>_WM_GUARD or 1)")
@@ -107,6 +113,9 @@ class EvalConfig:
                 raise ConfigError(f"is not JSON: {exc}", key="--agent-extra-body") from None
             if not isinstance(extra, dict):
                 raise ConfigError("must be a JSON object", key="--agent-extra-body")
+        if self.mode == "w2r":
+            _must_exist("--wm-episodes", self.wm_episodes, "the episodes_wm.jsonl of an agent-wm run")
+            _must_exist("--rows", self.rows, "the RL task rows that agent-wm run played")
         if self.needs_agent:
             _must_exist("--rows", self.rows, f"RL task rows (rl_test.jsonl from {self.env}/build_wm_dataset.py)")
             if sum(map(bool, (self.agent_url, self.agent_path, self.agent))) != 1:
@@ -131,7 +140,7 @@ class EvalConfig:
 
     @property
     def needs_agent(self) -> bool:
-        return self.mode != "fidelity"
+        return self.mode not in ("fidelity", "w2r")
 
     @property
     def single_step(self) -> bool:
@@ -231,6 +240,8 @@ def run(config: EvalConfig) -> dict[str, Any]:
     if in_real:  # the envs warm up during the WM episodes
         session = spec.prepare_real(config.rows, starts, out / "games")
         pool = BlockingPool(spec, config.workers, session_config=session).launch()
+    if config.mode == "w2r":
+        return _replay_file(spec, config, out, results)
     try:
         if agent is not None:
             results["agent"] = agent.describe()
@@ -254,6 +265,8 @@ def run(config: EvalConfig) -> dict[str, Any]:
             _write_episodes(out / "episodes_w2r.jsonl", w2r.records)
             results["w2r"] = w2r.summary
             results["fidelity"] = fid.closed_loop_fidelity(real.summary, wm.summary, w2r.summary)
+            results["agreement"] = cl.step_agreement(wm.records, w2r.records)
+            write_json(out / "agreement.json", results["agreement"])
     finally:
         if pool is not None:
             pool.close()
@@ -271,6 +284,36 @@ def run(config: EvalConfig) -> dict[str, Any]:
         if config.mode == "all" and not config.single_step:
             fidelity["single_step_note"] = "not run: no --wm-transitions"
         write_json(out / "fidelity.json", fidelity)
+    with atomic_write(out / f"eval_{spec.name}.md") as f:
+        f.write(markdown(results, config))
+    return results
+
+
+def _replay_file(spec: Any, config: EvalConfig, out: Path, results: dict[str, Any]) -> dict[str, Any]:
+    """The ``w2r`` mode: an agent-wm run's episodes replayed in the real env, and the per-step agreement."""
+    from textwm.data.jsonl import atomic_write, read_jsonl, write_json
+    from textwm.envs.blocking import BlockingPool
+    from textwm.eval import closed_loop as cl
+    from textwm.eval.episodes import EpisodeRecord
+
+    records = [EpisodeRecord.from_dict(r) for r in read_jsonl(config.wm_episodes).rows]
+    starts = {s.task_id: s for s in cl.load_rows(spec, config.rows, need_sim=False, tasks=config.tasks)}
+    missing = sorted({r.task_id for r in records} - set(starts))
+    if missing:
+        raise cl.EvalInputError(f"--wm-episodes {config.wm_episodes}: {len(missing)} task(s) not in --rows "
+                                f"{config.rows}, e.g. {missing[0]!r}; give the rows the agent-wm run played")
+    wanted = [starts[t] for t in dict.fromkeys(r.task_id for r in records)]
+    session = spec.prepare_real(config.rows, wanted, out / "games")
+    pool = BlockingPool(spec, config.workers, session_config=session).launch()
+    try:
+        w2r = cl.replay_in_real(spec, records, starts, pool=pool)
+    finally:
+        pool.close()
+    _write_episodes(out / "episodes_w2r.jsonl", w2r.records)
+    write_json(out / "summary_w2r.json", w2r.summary)
+    results["w2r"] = w2r.summary
+    results["agreement"] = cl.step_agreement(records, w2r.records)
+    write_json(out / "agreement.json", results["agreement"])
     with atomic_write(out / f"eval_{spec.name}.md") as f:
         f.write(markdown(results, config))
     return results
@@ -308,6 +351,15 @@ def markdown(results: dict[str, Any], config: EvalConfig) -> str:
                   f"WM failures: {wm['wm_step_errors']} (responder {'on' if wm['responder'] else 'off'})", ""]
     if "fidelity" in results:
         lines += ["## Fidelity: Real / WM / W2R (Word2World)", "", closed_loop_markdown(results["fidelity"])]
+    if "w2r" in results and "fidelity" not in results:
+        lines += ["## W2R: the WM episodes' actions replayed in the real env", "", summary_markdown(results["w2r"])]
+    if "agreement" in results:
+        agreement = results["agreement"]
+        lines += ["## Per-step agreement with the real env (same actions, exact observation)", "",
+                  f"- episodes compared: {agreement['episodes']}"]
+        lines += [f"- {k}: {v['agree']} of {v['steps']} steps ({v['rate']:.3f})"
+                  for k, v in agreement.items() if k != "episodes"]
+        lines.append("")
     if results.get("single_step"):
         ss = results["single_step"]
         lines += ["## Single-step fidelity (teacher-forced, held-out real transitions)", "",
