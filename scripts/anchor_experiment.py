@@ -89,11 +89,30 @@ def in_order(text: str, template) -> bool:
     return re.fullmatch(pattern, text, flags=re.DOTALL) is not None
 
 
+def words_first_frame(frame: list[tuple[bool, str]]) -> list[tuple[bool, str]]:
+    """An env frame as the simulator sends it: whitespace that ends a fixed part before a slot belongs to the slot
+    (``textwm.generation.anchors.words_first``)."""
+    out = []
+    carry = ""
+    for i, (is_slot, text) in enumerate(frame):
+        if is_slot:
+            out.append((True, carry + text))
+            carry = ""
+        elif i + 1 < len(frame) and frame[i + 1][0]:
+            trimmed = text.rstrip()
+            carry = text[len(trimmed):]
+            if trimmed:
+                out.append((False, trimmed))
+        else:
+            out.append((False, text))
+    return out
+
+
 def structured_template(frame: list[tuple[bool, str]], encode, slack: int) -> tuple[list, list[str], float]:
     """An env frame's template (each slot as wide as its text's tokens plus ``slack``), the slots' reference texts,
     and the share of the reference's tokens the frame's fixed text holds."""
     parts, truths, fixed, total = [], [], 0, 0
-    for is_slot, text in frame:
+    for is_slot, text in words_first_frame(frame):
         n = len(encode(text))
         total += n
         if is_slot:

@@ -122,6 +122,8 @@ def test_a_look_the_responder_cannot_answer_goes_as_a_template_of_the_known_line
 
 
 def test_the_simulator_sends_the_frame_only_when_anchors_are_on():
+    from textwm.envs.sciworld.responder import LISTING_TOKENS
+
     seen = []
 
     def respond(method, path, body):
@@ -138,7 +140,9 @@ def test_the_simulator_sends_the_frame_only_when_anchors_are_on():
             assert step.source == WM and step.anchored == anchors and sim.stats.anchored == int(anchors)
     finally:
         server.close()
-    assert seen[0] is None and seen[1][0] == "This room is called the kitchen. In it, you see: \n"
+    # The whitespace that ended the known text goes to the slot, with its word (anchors.words_first).
+    assert seen[0] is None and seen[1][:2] == ["This room is called the kitchen. In it, you see:",
+                                               {"fill": LISTING_TOKENS + 1}]
 
 
 def test_sciworlds_frame_read_off_a_look():
@@ -148,3 +152,14 @@ def test_sciworlds_frame_read_off_a_look():
         (False, "This room is called the kitchen. In it, you see: \n"), (True, "\tthe agent\n\ta stove"),
         (False, "\nYou also see:\n\tA door to the hallway (that is open)")]
     assert get_env("sciworld").observed_frame("You move to the kitchen.") is None
+
+
+def test_whitespace_before_a_slot_goes_to_the_slot():
+    """A BPE tokenizer writes a space with the word after it: fixed text ending in one would be a token split the
+    model never saw."""
+    from textwm.generation.anchors import words_first
+
+    assert words_first(["On the desk 1, you see ", {"fill": 64}, "."]) == ["On the desk 1, you see", {"fill": 65}, "."]
+    assert words_first(['{"a": ', {"fill": 8}, ', "b": ', {}, "}"]) == ['{"a":', {"fill": 9}, ', "b":', {}, "}"]
+    assert words_first([" ", {"fill": 2}, " end"]) == [{"fill": 3}, " end"]
+    assert words_first(["[", {"fill": 5}, "]"]) == ["[", {"fill": 5}, "]"]

@@ -65,3 +65,10 @@ def test_every_density_and_placement_runs_without_a_violation(family, tiny_sdar_
     # Greedy, the engine's answers are the reference decoder's.
     same = ("exact_match", "free_span_exact", "anchor_violations")
     assert [[r[k] for k in same] for r in got] == [[r[k] for k in same] for r in results["reference"]]
+
+
+def test_a_structured_frame_gives_its_whitespace_to_the_slot():
+    frame = [(False, "On the desk 1, you see "), (True, "a pen 2"), (False, ".")]
+    assert experiment.words_first_frame(frame) == [(False, "On the desk 1, you see"), (True, " a pen 2"), (False, ".")]
+    parts, truths, _ = experiment.structured_template(frame, lambda text: text.split(" "), slack=0)
+    assert parts == ["On the desk 1, you see", {"fill": 4}, "."] and truths == [" a pen 2"]

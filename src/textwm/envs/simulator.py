@@ -25,6 +25,7 @@ from typing import Any
 from textwm.clients.wm import WMClient, WMError
 from textwm.envs.contract import SimEpisode
 from textwm.envs.episode import Step
+from textwm.generation.anchors import words_first
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ class Simulator:
             return self._failed(episode, "no world model configured for a step the responder cannot answer")
         q = episode.wm_query(action)
         template = episode.known_frame(action) if self.anchors else None
-        anchors = {} if template is None else {"response_template": template}
+        # Whitespace before a slot goes to the slot, with its word (a BPE tokenizer's split: anchors.words_first).
+        anchors = {} if template is None else {"response_template": words_first(template)}
         try:
             result = self.wm.predict(q.system_prompt, q.state, q.action, **anchors)
         except WMError as exc:

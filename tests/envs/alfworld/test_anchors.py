@@ -61,6 +61,7 @@ def test_an_anchored_step_through_the_proxy_keeps_the_known_text(tiny_sdar_dir):
         ep = episode()
         step = simulator.step(ep, "go to fridge 1")
     assert step.error is None and step.source == "wm" and step.anchored
-    assert step.observation.startswith("You arrive at fridge 1. The fridge 1 is open. In it, you see ")
+    # (the space after "you see" is the slot's, written with the listing's first word: anchors.words_first)
+    assert step.observation.startswith("You arrive at fridge 1. The fridge 1 is open. In it, you see")
     assert step.observation.endswith(".")
     assert simulator.stats.as_dict()["anchored"] == 1
