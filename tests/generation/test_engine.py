@@ -410,3 +410,51 @@ def test_anchored_rows_are_refused_where_the_rules_cannot_keep_them(sdar, ar, pr
     with pytest.raises(ValueError, match="needs the checkpoint's stop ids"):
         DecodeEngine(ar.model, no_stop, max_rows=2, max_len=64).generate_anchored(
             prompts[:1], DecodeSettings(gen_length=24, temperature=0), [layout])
+
+
+# --- prefix cache --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("family", "rules"), [("ar", None), ("sdar", "generate"), ("sdar", "lmdeploy"),
+                                               ("wedlm", None)])
+def test_a_cached_prefix_decodes_as_a_prompt_prefilled_whole(family, rules, sdar, wedlm, ar, prompts):
+    """Prompts that share prefixes (a GRPO group, a growing episode): greedy, the engine with its prefix cache
+    decodes what the reference decoder does, and the second pass over the same prompts finds their prefixes."""
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = DecodeSettings(gen_length=9, temperature=0, block_length=4, denoising_steps=2,
+                              confidence_threshold=0.3, window_size=4, entropy_threshold=4.6,
+                              **({"sdar_rules": rules} if rules else {}))
+    base = prompts[3] + prompts[6]                                           # 33 tokens
+    shared = [base, base + prompts[0], base[:20] + prompts[1], base + prompts[0] + prompts[4], base[:9],
+              prompts[2]]
+    ref = reference_decoder(lm.model, lm.spec).generate(shared, settings)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=96, prefix_cache_tokens=64, prefix_block_tokens=8)
+    for _ in range(2):
+        assert outcome(engine.generate(shared, settings)) == outcome(ref)
+    stats = engine.prompt_stats
+    assert stats.hit_tokens > 0 and stats.computed_tokens + stats.hit_tokens == stats.prompt_tokens
+    # A budget smaller than the prefixes evicts the least recently used blocks: still exact.
+    small = DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=96, prefix_cache_tokens=16, prefix_block_tokens=8)
+    assert outcome(small.generate(shared + shared, settings)) == outcome(ref + ref)
+    assert len(small.prefix_cache.index) <= 2
+
+
+def test_the_prefix_cache_keys_blocks_by_tokens_and_attention_rule_and_evicts_the_oldest():
+    import torch
+
+    from textwm.generation.engine.prefix_cache import PrefixCache
+
+    cache = PrefixCache(layers=1, n_kv=1, head_dim=2, dtype=torch.float32, device=torch.device("cpu"), max_blocks=2,
+                        block_tokens=2)
+    prompt = [5, 6, 7, 8, 9]
+    keys = cache.chain(prompt, 5, None)
+    assert len(keys) == 2 and keys != cache.chain(prompt, 5, 4) and keys[0] == cache.chain([5, 6, 0], 3, None)[0]
+    row_k = torch.arange(16, dtype=torch.float32).reshape(1, 8, 2)
+    cache.store(keys, 0, [row_k], [-row_k])
+    assert cache.lookup(keys) == [0, 1]
+    loaded_k, loaded_v = torch.zeros(1, 8, 2), torch.zeros(1, 8, 2)
+    cache.load(0, loaded_k, loaded_v, [0, 1])
+    assert torch.equal(loaded_k[:, :4], row_k[:, :4]) and torch.equal(loaded_v[:, :4], -row_k[:, :4])
+    other = cache.chain([1, 2, 3], 3, None)
+    cache.store(other, 0, [row_k + 100], [row_k])                       # takes the least recently used block
+    assert cache.lookup(keys) == []          # the chain's first block went: the rest is unreachable
+    assert len(cache.index) == 2 and cache.lookup(other) == [0]

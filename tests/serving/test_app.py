@@ -223,3 +223,25 @@ def test_the_switch_interval_is_restored_when_the_last_of_several_workers_stops(
         assert sys.getswitchinterval() == before
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_prompts_that_start_the_same_way_reuse_the_prefix(loaded, prefix_cache):
+    """The second request of a long shared prompt finds its prefix blocks cached (counted in /metrics), and decodes
+    the same answer; with --no-prefix-cache every prompt token is computed."""
+    long_state = " ".join(f"a mug {i} is on the counter." for i in range(8))
+    messages = [MSG[0], {"role": "user", "content": f"State: {long_state}\n\nAction: look"}]
+    engine = _engine(loaded, prefix_cache=prefix_cache)
+    with TestClient(create_app(engine)) as c:
+        answers = [c.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 6, "temperature": 0})
+                   .json()["choices"][0]["message"]["content"] for _ in range(2)]
+        text = c.get("/metrics").text
+    assert answers[0] == answers[1]
+
+    def counter(name):
+        return int(next(line for line in text.splitlines() if line.startswith(f"textwm_{name}{{")).split()[-1])
+
+    prompt, hits, computed = (counter(n) for n in ("prompt_tokens_total", "prefix_cache_hit_tokens_total",
+                                                   "prompt_tokens_computed_total"))
+    assert prompt > 2 * 64 and hits + computed == prompt
+    assert (hits >= 64) if prefix_cache else (hits == 0)

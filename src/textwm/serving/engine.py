@@ -118,6 +118,9 @@ class EngineConfig:
     join_wait_ms: float = 20.0
     #: Prompt + max_tokens must fit in this many tokens.
     max_model_len: int = 8192
+    #: Continuous scheduler: keep prompt prefixes' K/V for the next prompts that start the same way
+    #: (``textwm.generation.engine.prefix_cache``).
+    prefix_cache: bool = True
     #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
     allow_client_chat_template: bool = False
     #: Stop strings per request at most, and their characters together: stop matching runs on every new piece
@@ -190,7 +193,8 @@ class Engine:
 
             def make_engine() -> Any:
                 engine = DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
-                                      max_rows=c.max_batch_size, max_len=c.max_model_len)
+                                      max_rows=c.max_batch_size, max_len=c.max_model_len,
+                                      prefix_cache_tokens=None if c.prefix_cache else 0)
                 if engine.net.device.type == "cuda":
                     engine.warm_up(c.defaults)   # compiles and graph captures before the first request
                 return engine

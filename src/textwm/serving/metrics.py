@@ -28,8 +28,13 @@ class ServerMetrics:
     stream_errors: int = 0
     #: Faults of the worker thread outside the decoder's own error handling (logged; the worker carries on).
     worker_errors: int = 0
-    #: Requests with a response_template (decoded beside the running rows by the reference decoder).
+    #: Requests with a response_template.
     anchored_requests: int = 0
+    #: Prompt tokens the continuous engine prefilled, those its prefix cache held, and those it computed (set by
+    #: the worker thread after each step).
+    prompt_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
+    prompt_tokens_computed: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     #: Rows in the decoder now (set by the worker thread).
@@ -89,6 +94,12 @@ class ServerMetrics:
             *metric("worker_errors_total", "counter", "Worker faults outside the decoder (logged).", self.worker_errors),
             *metric("anchored_requests_total", "counter", "Requests with a response_template.",
                     self.anchored_requests),
+            *metric("prompt_tokens_total", "counter", "Prompt tokens prefilled by the continuous engine.",
+                    self.prompt_tokens),
+            *metric("prefix_cache_hit_tokens_total", "counter", "Prompt tokens whose K/V the prefix cache held.",
+                    self.prefix_cache_hit_tokens),
+            *metric("prompt_tokens_computed_total", "counter", "Prompt tokens the prefills computed.",
+                    self.prompt_tokens_computed),
             *metric("queue_depth", "gauge", "Requests waiting for the decoder.", queue_depth),
             *metric("rows_running", "gauge", "Rows in the decoder now (batch occupancy).", self.rows_running),
             *metric("decode_steps_total", "counter", "Decoder steps run (batch scheduler: batches).", self.steps),

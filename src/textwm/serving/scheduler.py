@@ -285,6 +285,9 @@ class ContinuousScheduler:
             self._fail_running(exc, time.perf_counter() - started)
             return
         self.metrics.record_step(rows, sum(len(u.token_ids) for u in updates), time.perf_counter() - started)
+        prompts = self.engine.prompt_stats
+        self.metrics.prompt_tokens, self.metrics.prefix_cache_hit_tokens, self.metrics.prompt_tokens_computed = (
+            prompts.prompt_tokens, prompts.hit_tokens, prompts.computed_tokens)
         for u in updates:
             work, row = self.active.get(u.key, (None, 0))
             if work is None:

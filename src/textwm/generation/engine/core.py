@@ -17,6 +17,9 @@ generator seeded by it, so they run only with rows of the same settings. A greed
 on the other rows, whatever those sample; a sampled row's draw does (the rows draw from one random stream, as
 in the reference decoders).
 
+Prompts that start the same way share their prefill: a prompt's longest cached prefix is copied into its row and
+only the rest is computed (:mod:`textwm.generation.engine.prefix_cache`; ``prefix_cache_tokens=0`` turns it off).
+
 A request may bring a response template's layout (:mod:`textwm.generation.anchors`): its row decodes the
 template's canvas, anchors kept (:mod:`textwm.generation.engine.anchor_table`), beside rows without one.
 
@@ -40,12 +43,17 @@ from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.families import FAMILY_ROWS, RowsContext, capacity_slack
 from textwm.generation.engine.graphs import GraphedForward
+from textwm.generation.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixStats
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
 
 #: BLAS libraries the engine can run its GEMMs with (``torch.backends.cuda.preferred_blas_library``).
 BLAS_CHOICES = ("auto", "cublas", "cublaslt", "default")
+
+
+#: The prefix cache's default size cap in tokens (Qwen3-8B: 147 KB of K/V a token, 9.6 GB for 65,536).
+DEFAULT_PREFIX_TOKENS = 65536
 
 
 class EngineFull(RuntimeError):
@@ -86,11 +94,16 @@ class DecodeEngine:
             graphs are captured with it): ``auto`` is cuBLASLt on CUDA, which is faster than cuBLAS at the
             decode's thin shapes (1-8 rows a forward: Qwen3-8B SDAR at batch 1, 499 vs 494 tok/s, and as fast or
             faster at batch 32 and 128, scripts/results/README.md); ``default``: whatever the process prefers.
+        prefix_cache_tokens: prompt-prefix tokens whose K/V are kept for the next prompts that start the same way
+            (:mod:`textwm.generation.engine.prefix_cache`); None: a quarter of the tokens the rows hold, at most
+            :data:`DEFAULT_PREFIX_TOKENS`; 0: no prefix cache.
+        prefix_block_tokens: the prefix cache's block (an SDAR block length that does not divide it caches nothing).
     """
 
     def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None, max_rows: int = 64,
                  max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "auto",
-                 fused: bool | None = None, blas: str = "auto"):
+                 fused: bool | None = None, blas: str = "auto", prefix_cache_tokens: int | None = None,
+                 prefix_block_tokens: int = BLOCK_TOKENS):
         if spec.family not in FAMILY_ROWS:
             raise ValueError(f"no engine for family {spec.family!r}; choose one of {', '.join(FAMILY_ROWS)}")
         if spec.family != "ar" and spec.mask_token_id is None:
@@ -103,6 +116,14 @@ class DecodeEngine:
         self.pad_id = int(pad_token_id if pad_token_id is not None else (spec.pad_token_id or 0))
         self.net = StaticModel(model, rows=max_rows, capacity=max_len + capacity_slack(spec), attention=attention,
                                fused=fused)
+        if prefix_cache_tokens is None:
+            prefix_cache_tokens = min(max_rows * max_len // 4, DEFAULT_PREFIX_TOKENS)
+        self.prefix_cache = None
+        if prefix_cache_tokens >= prefix_block_tokens:
+            self.prefix_cache = PrefixCache(layers=len(self.net.layers), n_kv=self.net.n_kv,
+                                            head_dim=self.net.head_dim, dtype=self.net.dtype, device=self.net.device,
+                                            max_blocks=prefix_cache_tokens // prefix_block_tokens,
+                                            block_tokens=prefix_block_tokens)
         if cuda_graphs is None:
             cuda_graphs = self.net.device.type == "cuda" and not _has_experts(model)
         self.forward = GraphedForward(self.net, enabled=cuda_graphs)
@@ -121,6 +142,11 @@ class DecodeEngine:
     @property
     def num_active(self) -> int:
         return sum(k is not None for k in self._keys)
+
+    @property
+    def prompt_stats(self) -> PrefixStats:
+        """Prompt tokens prefilled, found in the prefix cache, and computed, since the engine was built."""
+        return self.net.prompt_stats
 
     @property
     def free_rows(self) -> int:
@@ -200,7 +226,7 @@ class DecodeEngine:
         if settings.seed is not None:
             gen = torch.Generator(device=self.net.device).manual_seed(settings.seed)
         ctx = RowsContext(net=self.net, forward=self.forward, spec=self.spec, pad_id=self.pad_id,
-                          settings=settings, generator=gen)
+                          settings=settings, generator=gen, prefix_cache=self.prefix_cache)
         self._rows = FAMILY_ROWS[self.spec.family](ctx)
         if gen is None:
             self._idle_rows[settings.step_key()] = self._rows

@@ -34,6 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from textwm.generation.engine.fused_layers import FusedLayers, ModuleLayers, NotFusable, check_fusable
 from textwm.generation.engine.limited_attention import limited_attention, supports
+from textwm.generation.engine.prefix_cache import PrefixCache, PrefixStats
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ class StaticModel:
         # but masked SDPA kernels multiply by zero weights, and 0 * NaN is NaN.
         self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        #: Prompt tokens prefilled, found in a prefix cache, and computed, since the model was built.
+        self.prompt_stats = PrefixStats()
 
     @property
     def vocab_size(self) -> int:
@@ -160,20 +163,78 @@ class StaticModel:
         return self.model.lm_head(x[:, logits_from:])
 
     def prefill(self, slots: torch.Tensor, prompts: list[list[int]], *, block: int | None = None,
-                pad_id: int = 0) -> torch.Tensor:
+                pad_id: int = 0, prefix_cache: PrefixCache | None = None) -> torch.Tensor:
         """Write the K/V of ``prompts`` at columns ``0..len-1`` of engine rows ``slots [n]``.
 
         Causal attention, or block-causal (bidirectional inside blocks of ``block``: SDAR) when ``block``
         is given; prompts are right-padded, which no real query sees under either mask. Returns the
         logits ``[n, V]`` of each prompt's last token (the first token of an AR continuation).
+
+        With a ``prefix_cache``, each prompt's longest cached prefix (whole blocks, the last token always left to
+        compute) is copied into its row, only the rest is computed, attending to it, and the prompt's new whole
+        blocks are kept (:mod:`textwm.generation.engine.prefix_cache`).
         """
-        lengths = [len(p) for p in prompts]
+        starts, chains = [0] * len(prompts), None
+        if prefix_cache is not None and block is not None and prefix_cache.block_tokens % block:
+            prefix_cache = None    # a cached block would end inside an SDAR block, whose K/V see past it
+        if prefix_cache is not None:
+            chains = [prefix_cache.chain(p, len(p) - 1, block) for p in prompts]
+            for i, (slot, keys) in enumerate(zip(slots.tolist(), chains)):
+                found = prefix_cache.lookup(keys)
+                for layer in range(len(self.layers)):
+                    prefix_cache.load(layer, self.keys[layer][slot], self.values[layer][slot], found)
+                starts[i] = len(found) * prefix_cache.block_tokens
+        lengths = [len(p) - s for p, s in zip(prompts, starts)]
+        self.prompt_stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.prompt_stats.hit_tokens += sum(starts)
+        self.prompt_stats.computed_tokens += sum(lengths)
         per_chunk = max(1, PREFILL_TOKENS // max(lengths))
         last = []
         for start in range(0, len(prompts), per_chunk):
             chunk = slice(start, start + per_chunk)
-            last.append(self._prefill_chunk(slots[chunk], prompts[chunk], block, pad_id))
+            if any(starts[chunk]):
+                last.append(self._prefill_after(slots[chunk], prompts[chunk], starts[chunk], block, pad_id))
+            else:
+                last.append(self._prefill_chunk(slots[chunk], prompts[chunk], block, pad_id))
+        if prefix_cache is not None:
+            bt = prefix_cache.block_tokens
+            for slot, keys, begun in zip(slots.tolist(), chains, starts):
+                prefix_cache.store(keys, begun // bt, [k[slot] for k in self.keys], [v[slot] for v in self.values])
         return torch.cat(last)
+
+    def _prefill_after(self, slots: torch.Tensor, prompts: list[list[int]], starts: list[int], block: int | None,
+                       pad_id: int) -> torch.Tensor:
+        """:meth:`_prefill_chunk` for prompts whose first ``starts[i]`` columns hold their K/V already: the rest
+        is computed at its columns, attending to those (same masks)."""
+        n, dev = len(prompts), self.device
+        width = max(len(p) - s for p, s in zip(prompts, starts))
+        total = min(max(starts) + width, self.capacity)        # columns the queries (padding included) reach
+        ids = torch.full((n, width), pad_id, dtype=torch.long)
+        for i, (p, s) in enumerate(zip(prompts, starts)):
+            ids[i, :len(p) - s] = torch.tensor(p[s:], dtype=torch.long)
+        ids = ids.to(dev)
+        col = torch.tensor(starts, device=dev)[:, None] + torch.arange(width, device=dev)[None, :]   # [n, width]
+        h = self.inner.embed_tokens(ids)
+        cos, sin = self.inner.rotary_emb(h, col)
+        key_col = torch.arange(total, device=dev)[None, None, :]
+        query_col = col[:, :, None]
+        visible = (key_col <= query_col) if block is None else (key_col // block <= query_col // block)
+        visible = visible[:, None]                                                      # [n, 1, width, total]
+        index = col.clamp(max=self.capacity - 1)[:, None, :, None].expand(n, self.n_kv, width, self.head_dim)
+        math = self.layer_math
+        x = math.input_norm(h)
+        for i, layer in enumerate(self.layers):
+            q, k, v = (t.transpose(1, 2) for t in math.qkv_of(i, x, cos, sin))   # [n, heads, width, D]
+            keys, values = self.keys[i][slots, :, :total], self.values[i][slots, :, :total]   # copies
+            keys.scatter_(2, index, k)
+            values.scatter_(2, index, v)
+            self.keys[i][slots, :, :total], self.values[i][slots, :, :total] = keys, values
+            if self.n_heads != self.n_kv:
+                keys, values = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (keys, values))
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=layer.self_attn.scaling)
+            h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
+        last = torch.tensor([len(p) - s - 1 for p, s in zip(prompts, starts)], device=dev)
+        return self.model.lm_head(x[torch.arange(n, device=dev), last])
 
     def _prefill_chunk(self, slots: torch.Tensor, prompts: list[list[int]], block: int | None,
                        pad_id: int) -> torch.Tensor:
