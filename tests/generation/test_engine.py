@@ -15,6 +15,7 @@ import random
 import pytest
 
 from tests.generation.lmdeploy_reference import untie_head
+from tests.generation.test_anchors import random_template
 from tests.generation.wedlm_upstream import sharpen_head
 from textwm.generation.anchors import lay_out, parse_template, slots_of
 from textwm.generation.decoders import make_decoder, reference_decoder
@@ -319,25 +320,12 @@ def test_blas_is_left_alone_on_the_cpu_and_checked(tiny_ar_dir):
 
 # --- anchored rows -------------------------------------------------------------------------------------------
 
-ANCHOR_TEXTS = ["You arrive at the countertop 1.", " On it, you see", " a mug 1", ", and", ".", " The door",
-                " is open", "\n\tthe agent"]
-
-
 def anchored_layouts(lm, count, seed, budget=24):
-    """``count`` random layouts: fixed texts and slots, sometimes an open last slot."""
+    """``count`` random layouts (test_anchors.py's random templates)."""
     rng = random.Random(seed)
     encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    layouts = []
-    for _ in range(count):
-        parts, left = ([rng.choice(ANCHOR_TEXTS)] if rng.random() < 0.5 else []), budget
-        for _ in range(rng.randint(1, 3)):
-            size = rng.randint(1, 5)
-            left -= size
-            parts += [{"fill": size}, rng.choice(ANCHOR_TEXTS)]
-        if rng.random() < 0.5:
-            parts.append({})
-        layouts.append(lay_out(parse_template(parts, max_tokens=budget), encode, budget))
-    return layouts
+    return [lay_out(parse_template(random_template(rng, budget), max_tokens=budget), encode, budget)
+            for _ in range(count)]
 
 
 def assert_anchored_engine_equals_reference(lm, prompts, layouts, settings, *, spec=None, max_rows=3):
