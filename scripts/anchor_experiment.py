@@ -8,7 +8,8 @@ reference's tokens is given as anchors and the model fills the rest (:mod:`textw
   ``suffix`` (the last ones), ``middle`` (one span in the middle), ``spread`` (every other span of a few tokens:
   fixed text on both sides of each slot), and ``structured`` (``--env``'s own frames, the text its responder
   knows around what it leaves to the world model: ``EnvSpec.observed_frame``; its density is what the frame
-  holds, the transitions those of a frame's shape).
+  holds, the transitions those of a frame's shape; ``structured_none`` is the same transitions unanchored, its
+  baseline).
 
 Each slot is as wide as the reference's span it replaces plus ``--slack`` tokens (the model ends a slot early by
 a stop id). Printed and written (``--out``) per density and placement: exact match of the whole answer, of the
@@ -39,6 +40,8 @@ if str(ROOT / "src") not in sys.path:
 PLACEMENTS = ("prefix", "middle", "suffix", "spread")
 #: The env's own frames (``EnvSpec.observed_frame``): one condition, whatever the densities.
 STRUCTURED = "structured"
+#: The structured placement's transitions without an anchor: the baseline its figures compare with.
+STRUCTURED_NONE = "structured_none"
 
 
 def anchor_mask(n: int, density: float, placement: str, span: int = 4) -> list[bool]:
@@ -190,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                               denoising_steps=args.denoising_steps, seed=0)
     conditions = [(0.0, "none")] if 0.0 in args.densities else []
     conditions += [(d, pl) for d in args.densities if d > 0 for pl in placements if pl != STRUCTURED]
-    conditions += [(None, STRUCTURED)] if STRUCTURED in placements else []
+    conditions += [(0.0, STRUCTURED_NONE), (None, STRUCTURED)] if STRUCTURED in placements else []
     results = []
     print(f"{loaded.spec.family} {args.model_path} ({decoder_name}): {len(cases)} transitions from {args.rows}")
     print(f"{'density':>7} {'placement':>10} {'rows':>5} {'exact':>6} {'free exact':>10} {'violations':>10} "
@@ -198,13 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     for density, placement in conditions:
         prompts, templates, truths, layouts, references, shares = [], [], [], [], [], []
         for prompt, reference, ids in cases:
+            frame = spec.observed_frame(reference) if placement in (STRUCTURED, STRUCTURED_NONE) else None
+            if placement in (STRUCTURED, STRUCTURED_NONE) and frame is None:
+                continue
             if placement == STRUCTURED:
-                frame = spec.observed_frame(reference)
-                if frame is None:
-                    continue
                 raw, truth, share = structured_template(frame, encoder.encode_ids, args.slack)
             else:
-                raw, truth = template_of(ids, anchor_mask(len(ids), density, placement), tok.decode, args.slack)
+                mask = anchor_mask(len(ids), density, "prefix" if placement == STRUCTURED_NONE else placement)
+                raw, truth = template_of(ids, mask, tok.decode, args.slack)
                 share = density
             budget = sum(x["fill"] for x in raw if isinstance(x, dict))
             template = parse_template(raw, max_tokens=budget)

@@ -57,10 +57,12 @@ def test_every_density_and_placement_runs_without_a_violation(family, tiny_sdar_
                                 "--decoder", decoder, "--device", "cpu", "--out", str(out)]) == 0
         results[decoder] = json.loads(out.read_text())["results"]
     got = results["engine"]
-    assert [(r["density"], r["placement"]) for r in got[:-1]] == [
+    assert [(r["density"], r["placement"]) for r in got[:-2]] == [
         (0.0, "none"), *((0.5, p) for p in experiment.PLACEMENTS)]
+    # The frame's transitions, unanchored and then framed.
+    assert [(r["placement"], r["transitions"], r["density"]) for r in got[-2:-1]] == [("structured_none", 1, 0.0)]
     assert got[-1]["placement"] == "structured" and got[-1]["transitions"] == 1 and 0.5 < got[-1]["density"] < 1
-    assert all(r["transitions"] == 4 and r["forwards_per_token"] > 0 for r in got[:-1])
+    assert all(r["transitions"] == 4 and r["forwards_per_token"] > 0 for r in got[:-2])
     assert all(r["anchor_violations"] == 0 for r in got)
     # Greedy, the engine's answers are the reference decoder's.
     same = ("exact_match", "free_span_exact", "anchor_violations")
