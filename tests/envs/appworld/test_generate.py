@@ -59,6 +59,18 @@ def test_the_expert_pages_looks_up_and_answers():
     assert expert.next_call(q, history) is None and expert.next_call("Do something else.", []) is None
 
 
+def test_the_expert_gives_up_on_a_listing_without_what_its_answer_needs():
+    # A world model can write songs without artists: the expert answers "" (a failed task), it does not crash the run.
+    q = "Which artist has the most songs in my Spotify song library? Give the artist's name."
+    history = [(call("supervisor__show_account_passwords"),
+                json.dumps([{"app": "spotify", "username": "a@b.c", "password": "p"}])),
+               (call("spotify__login", username="a@b.c", password="p"), json.dumps({"access_token": "t"})),
+               (call("spotify__show_song_library", page_index=0, page_limit=20),
+                json.dumps([{"song_id": 1, "title": "A", "artists": []}])),
+               (call("spotify__show_song_library", page_index=1, page_limit=20), "[]")]
+    assert expert.next_call(q, history) == call("supervisor__complete_task", answer="")
+
+
 def test_parse_world_of_a_generated_row_keeps_every_table():
     row = generate_rows(1)[0]
     world = parse_world(row["wm_system_prompt"])

@@ -104,7 +104,7 @@ def next_call(instruction: str, history: Sequence[tuple[str, str]]) -> str | Non
             return _call("spotify__show_song", song_id=missing[0])
     try:
         return _call(COMPLETE_TASK, answer=answer(items, details))
-    except (KeyError, TypeError, ValueError, StopIteration) as exc:  # records without the fields the answer needs
+    except (KeyError, TypeError, ValueError, IndexError, StopIteration) as exc:  # records lacking what it needs
         return _give_up(instruction, f"the listing lacks what the answer needs ({type(exc).__name__}: {exc})")
 
 
