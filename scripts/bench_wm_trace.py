@@ -1,0 +1,243 @@
+"""Replay of GRPO-shaped world-model traffic against fresh native servers: generated and prompt tokens/s, the
+prefix cache's hit rate, latency percentiles, and how much the figures move from one fresh server to the next.
+
+The trace is built from an env's world-model rows (``<env>/build_wm_dataset.py``'s ``wm_*.jsonl``: one row per
+transition, keyed by ``task_id``, ``step`` and, where a task has several, ``episode``), the prompts exactly as the rows hold them. A GRPO
+group is one task: its ``--group-size`` rollouts follow the task's episodes in turn (rollout g plays episode
+g mod the task's episode count, so a task with fewer episodes than rollouts repeats some, as rollouts that take
+the same actions do), each rollout sending its turns one after the other, each turn's request after the last
+answer. ``--concurrency`` rollouts are in flight (GRPO's groups in flight times the group size), taken group by
+group. Every turn asks for ``--max-tokens`` tokens, greedy.
+
+Each of ``--servers`` fresh servers replays ``--replays`` disjoint sets of ``--groups`` groups, one after the
+other: the first replay meets a server that has served nothing, the later ones a warm one (their prompts are not
+the first's, so the cache holds only what they share with it). Printed per replay, and written to ``--out``:
+requests, failures (must be 0), generated and prompt tokens/s, p50 / p99 latency, and the prompt tokens the
+server took from its prefix cache (``/metrics``), beside the most any cache of 64-token blocks could have taken
+(every block whose whole prefix was sent before, in the trace's order: an upper bound).
+
+    python scripts/bench_wm_trace.py --rows data/samples/sciworld_wm_train.jsonl --groups 4 --group-size 8 \\
+        --concurrency 16 --max-tokens 16 --max-turns 6                         # CPU: a tiny random SDAR model
+    python scripts/bench_wm_trace.py --rows runs/alfworld_data/wm_train.jsonl --model-path runs/sdar/final \\
+        --device cuda --groups 8 --group-size 8 --concurrency 64 --max-tokens 64 --servers 3 --replays 2
+    ... --server-args "--no-prefix-cache"                                      # the same without the cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_wm_stack import Connection, engine_counters, pct, start_backend
+
+from textwm.data.jsonl import read_jsonl
+
+#: The prefix cache's block (``DecodeEngine``'s default): the upper bound counts whole blocks.
+BLOCK = 64
+
+
+def rollouts_of(rows: list[dict], *, groups: int, group_size: int, seed: int, max_turns: int = 0,
+                where: str = "rows") -> list[list[list[dict]]]:
+    """``groups`` GRPO groups of ``group_size`` rollouts each, from ``rows``: ``[group][rollout][turn]`` the turn's
+    prompt (the row's messages without its answer). Tasks are drawn with ``seed``; raises ValueError naming the
+    row when one lacks ``task_id``, ``step`` or ``messages``."""
+    episodes: dict[str, dict[str, list[tuple[int, list[dict]]]]] = defaultdict(lambda: defaultdict(list))
+    for i, row in enumerate(rows, 1):
+        missing = [k for k in ("task_id", "step", "messages") if k not in row]
+        if missing:
+            raise ValueError(f"{where}: row {i} has no {', '.join(missing)} (a world-model row of "
+                             f"<env>/build_wm_dataset.py has each)")
+        messages = row["messages"]
+        messages = json.loads(messages) if isinstance(messages, str) else messages
+        # A row without ``episode`` is of its task's one episode (AppWorld's rows).
+        episodes[row["task_id"]][row.get("episode", row["task_id"])].append((int(row["step"]), messages[:-1]))
+    tasks = sorted(episodes)
+    random.Random(seed).shuffle(tasks)
+    if len(tasks) < groups:
+        raise ValueError(f"{where}: {len(tasks)} tasks, fewer than the {groups} groups asked for")
+    out = []
+    for task in tasks[:groups]:
+        plays = [[prompt for _, prompt in sorted(turns, key=lambda t: t[0])] for _, turns in
+                 sorted(episodes[task].items())]
+        group = [plays[g % len(plays)] for g in range(group_size)]
+        out.append([turns[:max_turns] if max_turns else turns for turns in group])
+    return out
+
+
+def shareable_tokens(prompts_ids: list[list[int]], block: int = BLOCK) -> int:
+    """Tokens of ``prompts_ids`` (in order) that an unbounded cache of ``block``-token blocks could serve: each
+    whole block whose chain of blocks up to it was sent before. The last token of a prompt is always computed."""
+    seen: set[bytes] = set()
+    total = 0
+    for ids in prompts_ids:
+        key = hashlib.blake2b(digest_size=16)
+        for start in range(0, (len(ids) - 1) // block * block, block):
+            key.update(repr(ids[start:start + block]).encode())
+            digest = key.copy().digest()
+            if digest in seen:
+                total += block
+            else:
+                seen.add(digest)
+    return total
+
+
+async def replay(url: str, rollouts: list[list[list[dict]]], *, concurrency: int, max_tokens: int) -> dict:
+    """Every rollout's turns in order, ``concurrency`` rollouts at a time; latencies and usage of the answers."""
+    queue = [turns for group in rollouts for turns in group][::-1]
+    latencies: list[float] = []
+    failures: list[str] = []
+    generated = prompt = 0
+
+    async def worker() -> None:
+        nonlocal generated, prompt
+        conn = Connection(url)
+        while queue:
+            turns = queue.pop()
+            for messages in turns:
+                body = {"model": "bench-wm", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                        "chat_template_kwargs": {"enable_thinking": False}}
+                started = time.perf_counter()
+                try:
+                    status, payload = await asyncio.wait_for(conn.post(body), 600)
+                except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                    conn.close()
+                    continue
+                if status != 200:
+                    failures.append(f"HTTP {status}: {payload[:200]!r}")
+                    continue
+                latencies.append(time.perf_counter() - started)
+                usage = json.loads(payload).get("usage") or {}
+                generated += usage.get("completion_tokens", 0)
+                prompt += usage.get("prompt_tokens", 0)
+        conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    seconds = time.perf_counter() - started
+    return {"requests": len(latencies) + len(failures), "failed": len(failures), "first_failures": failures[:3],
+            "seconds": round(seconds, 2), "generated_tokens_per_s": round(generated / seconds, 1),
+            "prompt_tokens_per_s": round(prompt / seconds, 1), "prompt_tokens": prompt,
+            "p50_ms": round(pct(latencies, 50), 1), "p99_ms": round(pct(latencies, 99), 1)}
+
+
+def cache_counters(port: int) -> dict[str, float]:
+    """The native server's prompt-token counters (``/metrics``)."""
+    import httpx
+
+    names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total")
+    out = dict.fromkeys(names, 0.0)
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.splitlines():
+        name = line.split("{", 1)[0].removeprefix("textwm_")
+        if name in out:
+            out[name] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def prompt_ids_of(model: str):
+    """A function from chat messages to the prompt's token ids, as the native server builds them."""
+    from transformers import AutoTokenizer
+
+    from textwm.training.data import ChatEncoder
+
+    encoder = ChatEncoder(AutoTokenizer.from_pretrained(model))
+    return encoder.prompt_ids
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="+", required=True, help="world-model rows (.jsonl) of one or more envs")
+    p.add_argument("--groups", type=int, default=8, help="GRPO groups (tasks) per replay")
+    p.add_argument("--group-size", type=int, default=8, help="rollouts per group (GRPO's num_generations)")
+    p.add_argument("--max-turns", type=int, default=0, help="turns per rollout at most (0: the episode's)")
+    p.add_argument("--concurrency", type=int, default=64, help="rollouts in flight")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--servers", type=int, default=1, help="fresh servers, one after another")
+    p.add_argument("--replays", type=int, default=2, help="disjoint trace parts replayed on each server")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--server-args", default="", help="more flags for the native server, e.g. '--no-prefix-cache'")
+    p.add_argument("--start-timeout", type=float, default=600)
+    p.add_argument("--out", default="runs/bench_wm_trace.json")
+    args = p.parse_args(argv)
+    rows = [row for path in args.rows for row in read_jsonl(path).rows]
+    try:
+        parts = rollouts_of(rows, groups=args.groups * args.replays, group_size=args.group_size, seed=args.seed,
+                            max_turns=args.max_turns, where=", ".join(args.rows))
+    except ValueError as exc:
+        p.error(str(exc))
+    parts = [parts[r * args.groups:(r + 1) * args.groups] for r in range(args.replays)]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_trace_"))
+    model = args.model_path
+    if model is None:
+        from textwm.models.tiny import build_tiny_checkpoint
+
+        texts = [m["content"] for row in rows[:200] for m in (json.loads(row["messages"])
+                                                              if isinstance(row["messages"], str) else row["messages"])]
+        model = str(build_tiny_checkpoint(tmp / "model", texts, family="sdar", vocab_size=600))
+    encode = prompt_ids_of(model)
+    bounds = []
+    for part in parts:
+        ids = [encode(turns[t]) for group in part for t in range(max(len(r) for r in group))
+               for turns in group if t < len(turns)]   # turn by turn within a group, as the replay sends them
+        bounds.append({"prompt_tokens": sum(map(len, ids)), "shareable_tokens": shareable_tokens(ids)})
+    report = {"settings": dict(vars(args)), "model": model,
+              "upper_bound": bounds, "servers": []}
+    print(f"trace: {args.replays} x {args.groups} groups x {args.group_size} rollouts; requests per replay "
+          f"{[sum(len(t) for g in part for t in g) for part in parts]}; prompt tokens "
+          f"{[b['prompt_tokens'] for b in bounds]}, at most {[b['shareable_tokens'] for b in bounds]} cacheable")
+    server_args = args.server_args
+    args.dllm_block_length = args.dllm_denoising_steps = None   # start_backend's: the server's own defaults
+    for s in range(args.servers):
+        args.requests = sum(len(t) for part in parts for g in part for t in g)   # the server's --max-queue
+        args.server_args = f"--max-tokens {args.max_tokens} {server_args}"
+        process, spec = start_backend("native", model, args, tmp)
+        runs = []
+        try:
+            for r, part in enumerate(parts):
+                before, steps_before = cache_counters(spec.port), engine_counters(spec.port)
+                got = asyncio.run(replay(f"http://127.0.0.1:{spec.port}/v1/chat/completions", part,
+                                         concurrency=args.concurrency, max_tokens=args.max_tokens))
+                after, steps_after = cache_counters(spec.port), engine_counters(spec.port)
+                hit = after["prefix_cache_hit_tokens_total"] - before["prefix_cache_hit_tokens_total"]
+                taken = after["prompt_tokens_total"] - before["prompt_tokens_total"]
+                got.update(cache_hit_tokens=int(hit), cache_hit_share=round(hit / max(taken, 1), 4),
+                           upper_bound_share=round(bounds[r]["shareable_tokens"] / max(bounds[r]["prompt_tokens"], 1),
+                                                   4),
+                           engine_steps_per_s=round((steps_after.get("steps", 0) - steps_before.get("steps", 0))
+                                                    / got["seconds"], 1))
+                runs.append(got)
+                print(f"server {s + 1} replay {r + 1}: {got['requests']} requests, {got['failed']} failed, "
+                      f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} prompt "
+                      f"tok/s, p50 {got['p50_ms']:7.1f} ms, p99 {got['p99_ms']:7.1f} ms, cache {got['cache_hit_share']:.3f}"
+                      f" of prompt tokens (at most {got['upper_bound_share']:.3f}), {got['engine_steps_per_s']} steps/s",
+                      flush=True)
+        finally:
+            process.stop()
+        report["servers"].append(runs)
+    if args.servers > 1:
+        for r in range(args.replays):
+            rates = [runs[r]["generated_tokens_per_s"] for runs in report["servers"]]
+            report.setdefault("spread", []).append(round(max(rates) / max(min(rates), 1e-9), 3))
+        print(f"fresh servers' generated tok/s, max / min, per replay: {report['spread']}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0 if all(run["failed"] == 0 for runs in report["servers"] for run in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
