@@ -86,37 +86,51 @@ class PrefixCache:
             found.append(block)
         return found
 
-    def load(self, layer: int, row_keys: torch.Tensor, row_values: torch.Tensor, blocks: Sequence[int]) -> None:
-        """Copy ``blocks`` into one row's K/V ``[H_kv, T, D]`` of ``layer``, from column 0 (one copy each)."""
-        if not blocks:
+    def load(self, row_keys: Sequence[torch.Tensor], row_values: Sequence[torch.Tensor], slots: Sequence[int],
+             found: Sequence[Sequence[int]]) -> None:
+        """Copy each row's ``found`` blocks into its K/V from column 0: ``row_keys`` / ``row_values`` are every
+        layer's engine cache ``[rows, H_kv, T, D]``, ``slots[i]`` the row of ``found[i]``. One gather and one
+        write per layer and tensor for all the rows (a copy per row and layer costs launches that a small
+        model's prefill does not)."""
+        pairs = [(slot, j, block) for slot, blocks in zip(slots, found) for j, block in enumerate(blocks)]
+        if not pairs:
             return
-        width = len(blocks) * self.block_tokens
-        index = torch.tensor(blocks, device=row_keys.device)
-        for pool, row in ((self.keys[layer], row_keys), (self.values[layer], row_values)):
-            row[:, :width] = pool[index].transpose(0, 1).reshape(row.shape[0], width, row.shape[2])
-
-    def store(self, keys: Sequence[bytes], first: int, row_keys: list[torch.Tensor],
-              row_values: list[torch.Tensor]) -> None:
-        """Keep blocks ``first..`` of ``keys`` from one row's K/V (``[H_kv, T, D]`` per layer), evicting the least
-        recently used blocks for them."""
-        bt = self.block_tokens
-        writes: dict[int, int] = {}      # pool index -> block of the prompt (a budget smaller than the prompt
-        for j in range(first, len(keys)):  # reuses a pool block: its last writer is the one the index names)
-            if keys[j] in self.index:
-                self.index.move_to_end(keys[j])
-                continue
-            if self.free:
-                block = self.free.pop()
-            else:
-                _, block = self.index.popitem(last=False)
-            self.index[keys[j]] = block
-            writes[block] = j
-        new = [(j, block) for block, j in writes.items()]
-        if not new:
-            return
-        device = row_keys[0].device
-        pool_index = torch.tensor([b for _, b in new], device=device)
-        columns = torch.cat([torch.arange(j * bt, (j + 1) * bt) for j, _ in new]).to(device)
+        rows, columns, pool_index = self._places(pairs, row_keys[0].device)
         for layer, (k, v) in enumerate(zip(row_keys, row_values)):
-            for pool, row in ((self.keys[layer], k), (self.values[layer], v)):
-                pool[pool_index] = row[:, columns].reshape(row.shape[0], len(new), bt, row.shape[2]).transpose(0, 1)
+            for pool, cache in ((self.keys[layer], k), (self.values[layer], v)):
+                cache[rows, :, columns] = pool[pool_index].transpose(1, 2).flatten(0, 1)   # [m * bt, H_kv, D]
+
+    def store(self, chains: Sequence[Sequence[bytes]], firsts: Sequence[int], row_keys: Sequence[torch.Tensor],
+              row_values: Sequence[torch.Tensor], slots: Sequence[int]) -> None:
+        """Keep blocks ``firsts[i]..`` of ``chains[i]`` from engine row ``slots[i]`` (``row_keys`` / ``row_values``:
+        every layer's cache ``[rows, H_kv, T, D]``), evicting the least recently used blocks for them; a block
+        already kept (by an earlier row too) is only marked used."""
+        writes: dict[int, tuple[int, int]] = {}   # pool index -> (row, block of its prompt): a budget smaller
+        for slot, keys, first in zip(slots, chains, firsts):  # than the prefill's blocks reuses a pool block,
+            for j in range(first, len(keys)):                 # and its last writer is the one the index names
+                if keys[j] in self.index:
+                    self.index.move_to_end(keys[j])
+                    continue
+                if self.free:
+                    block = self.free.pop()
+                else:
+                    _, block = self.index.popitem(last=False)
+                self.index[keys[j]] = block
+                writes[block] = (slot, j)
+        if not writes:
+            return
+        rows, columns, pool_index = self._places([(slot, j, block) for block, (slot, j) in writes.items()],
+                                                 row_keys[0].device)
+        m, bt = len(writes), self.block_tokens
+        for layer, (k, v) in enumerate(zip(row_keys, row_values)):
+            for pool, cache in ((self.keys[layer], k), (self.values[layer], v)):
+                pool[pool_index] = cache[rows, :, columns].unflatten(0, (m, bt)).transpose(1, 2)
+
+    def _places(self, pairs: Sequence[tuple[int, int, int]], device: torch.device):
+        """For ``(row, block of its prompt, pool block)`` triples: each token's row and column ``[m * bt]`` and
+        the pool blocks ``[m]``."""
+        bt = self.block_tokens
+        rows = torch.tensor([r for r, _, _ in pairs], device=device).repeat_interleave(bt)
+        columns = (torch.tensor([j for _, j, _ in pairs], device=device)[:, None] * bt
+                   + torch.arange(bt, device=device)[None, :]).flatten()
+        return rows, columns, torch.tensor([b for _, _, b in pairs], device=device)

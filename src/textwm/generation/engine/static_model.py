@@ -179,11 +179,9 @@ class StaticModel:
             prefix_cache = None    # a cached block would end inside an SDAR block, whose K/V see past it
         if prefix_cache is not None:
             chains = [prefix_cache.chain(p, len(p) - 1, block) for p in prompts]
-            for i, (slot, keys) in enumerate(zip(slots.tolist(), chains)):
-                found = prefix_cache.lookup(keys)
-                for layer in range(len(self.layers)):
-                    prefix_cache.load(layer, self.keys[layer][slot], self.values[layer][slot], found)
-                starts[i] = len(found) * prefix_cache.block_tokens
+            found = [prefix_cache.lookup(keys) for keys in chains]
+            prefix_cache.load(self.keys, self.values, slots.tolist(), found)
+            starts = [len(blocks) * prefix_cache.block_tokens for blocks in found]
         lengths = [len(p) - s for p, s in zip(prompts, starts)]
         self.prompt_stats.prompt_tokens += sum(len(p) for p in prompts)
         self.prompt_stats.hit_tokens += sum(starts)
@@ -197,9 +195,8 @@ class StaticModel:
             else:
                 last.append(self._prefill_chunk(slots[chunk], prompts[chunk], block, pad_id))
         if prefix_cache is not None:
-            bt = prefix_cache.block_tokens
-            for slot, keys, begun in zip(slots.tolist(), chains, starts):
-                prefix_cache.store(keys, begun // bt, [k[slot] for k in self.keys], [v[slot] for v in self.values])
+            prefix_cache.store(chains, [s // prefix_cache.block_tokens for s in starts], self.keys, self.values,
+                               slots.tolist())
         return torch.cat(last)
 
     def _prefill_after(self, slots: torch.Tensor, prompts: list[list[int]], starts: list[int], block: int | None,
