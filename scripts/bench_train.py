@@ -1,5 +1,5 @@
 """Training throughput and memory of the one trainer's step for AR, SDAR and WeDLM, with and without
-each speed / memory switch (issue 16). One process, one GPU, random weights of a named Qwen3 shape.
+each speed / memory switch. One process, one GPU, random weights of a named Qwen3 shape.
 
 Every arm runs the trainer's own code for a step - the objective's collation and loss
 (:mod:`textwm.training.objectives`), the switches of :mod:`textwm.training.speedups`, bf16 autocast

@@ -1,4 +1,4 @@
-"""Side-by-side training-loss curves of two runs of the trainer, from their logs (issue 16: the
+"""Side-by-side training-loss curves of two runs of the trainer, from their logs (the
 optimised path must follow the plain one over the same seed and data).
 
 Reads the trainer's step lines (``step 10/200 | loss 9.8942 | ...``) from each log, prints the two

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the trainer and the decoders (issue: world-model training and generation).
+# GPU check of the trainer and the decoders.
 # Hardware: one H200 (two for the torchrun step, skipped with one GPU). Runtime: ~8 min.
 #   1. ~0.5B random Qwen3-0.6B-shaped models (65,536 embedding rows) trained STEPS steps with each
 #      objective in OBJECTIVES (ar, sdar with block 4, wedlm with masking block 32), bf16, flex

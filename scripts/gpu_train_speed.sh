@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the trainer's speed and memory switches (issue 16). Hardware: one H200. Runtime: ~7 min.
+# GPU check of the trainer's speed and memory switches. Hardware: one H200. Runtime: ~7 min.
 #   1. loss-curve parity: a ~0.5B random Qwen3-0.6B-shaped model (65,536 embedding rows) trained STEPS
 #      steps with each objective in OBJECTIVES twice from the same seed and rows - the plain path
 #      (loss_impl logits, adamw_torch) and the fast one (FAST: chunked loss, fused AdamW, compiled
