@@ -1,0 +1,94 @@
+"""The AR + diffusion hybrid measured: an AR verifier's greedy answers drafted by an SDAR or WeDLM model of the
+same tokenizer (:mod:`textwm.generation.speculative`), on held-out world-model rows, one row at a time.
+
+Printed per draft length, and written to ``--out``: the share of answers equal to the AR model's own greedy ones
+(must be 1), tokens per verifier forward, the share of drafted tokens kept, and the seconds of the hybrid against
+the AR decoder alone and the drafter alone on the same rows (batch 1; the drafter's reference decoder decodes
+each draft from the whole context, so the hybrid's wall time is an upper bound of what an engine's would be).
+
+    python scripts/bench_speculative.py --verifier runs/anchor_study/ar/final --drafter runs/anchor_study/sdar/final \\
+        --rows runs/anchor_study/data/alfworld_test.jsonl --limit 100 --draft-lengths 2 4 8 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--verifier", required=True, help="the AR checkpoint")
+    p.add_argument("--drafter", required=True, help="an SDAR or WeDLM checkpoint of the same tokenizer")
+    p.add_argument("--rows", required=True, help="chat rows (.jsonl); the prompt is every message but the last")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--draft-lengths", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--gen-length", type=int, default=256)
+    p.add_argument("--block-length", type=int, default=4, help="the SDAR drafter's block length")
+    p.add_argument("--denoising-steps", type=int, default=4, help="the SDAR drafter's steps per block")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--out", help="write the figures here (JSON)")
+    args = p.parse_args(argv)
+
+    from textwm.data.jsonl import read_jsonl
+    from textwm.generation.ar import ARDecoder
+    from textwm.generation.decoders import reference_decoder
+    from textwm.generation.settings import DecodeSettings
+    from textwm.generation.speculative import SpeculativeDecoder
+    from textwm.models.checkpoint import load_model
+    from textwm.training.data import ChatEncoder
+
+    verifier = load_model(args.verifier, device=args.device, dtype=args.dtype)
+    drafter = load_model(args.drafter, device=args.device, dtype=args.dtype)
+    encoder = ChatEncoder(verifier.tokenizer)
+    rows = read_jsonl(args.rows).rows[:args.limit]
+    prompts = [encoder.prompt_ids((json.loads(r["messages"]) if isinstance(r["messages"], str)
+                                   else r["messages"])[:-1]) for r in rows]
+    settings = DecodeSettings(temperature=0.0, gen_length=args.gen_length, block_length=args.block_length,
+                              denoising_steps=args.denoising_steps)
+
+    def timed(decoder) -> tuple[list, float]:
+        started = time.perf_counter()
+        out = [decoder.generate([prompt], settings)[0] for prompt in prompts]
+        return out, time.perf_counter() - started
+
+    ar_answers, ar_seconds = timed(ARDecoder(verifier.model, verifier.spec))
+    ar_tokens = sum(len(a.token_ids) + (a.finish_reason == "stop") for a in ar_answers)
+    _, drafter_seconds = timed(reference_decoder(drafter.model, drafter.spec))
+    print(f"{len(prompts)} prompts from {args.rows}; AR alone {ar_seconds:.1f} s ({ar_tokens} tokens), "
+          f"{drafter.spec.family} alone {drafter_seconds:.1f} s")
+    print(f"{'draft':>5} {'equal':>6} {'tok/fwd':>7} {'kept':>6} {'seconds':>8} {'vs AR':>6}")
+    results = []
+    for k in args.draft_lengths:
+        decoder = SpeculativeDecoder(verifier, drafter, draft_length=k)
+        answers, seconds = timed(decoder)
+        equal = sum(a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+                    for a, b in zip(answers, ar_answers)) / max(1, len(prompts))
+        s = decoder.stats
+        row = {"draft_length": k, "equal_to_ar_greedy": equal, "tokens_per_verifier_forward":
+               round(s.tokens_per_verifier_forward, 3), "acceptance": round(s.acceptance, 3), "seconds": round(seconds, 2),
+               "verifier_forwards": s.verifier_forwards, "drafter_forwards": s.drafter_forwards,
+               "generated": s.generated}
+        results.append(row)
+        print(f"{k:>5} {equal:>6.3f} {row['tokens_per_verifier_forward']:>7.2f} {row['acceptance']:>6.3f} "
+              f"{seconds:>8.1f} {ar_seconds / seconds:>5.2f}x", flush=True)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"settings": vars(args), "prompts": len(prompts), "ar_seconds": round(ar_seconds, 2),
+                                   "ar_tokens": ar_tokens, "drafter_family": drafter.spec.family,
+                                   "drafter_seconds": round(drafter_seconds, 2), "results": results}, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0 if all(r["equal_to_ar_greedy"] == 1 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Greedy speculative decoding with a masked-diffusion drafter and an AR verifier: the AR model's greedy answer,
+in fewer AR forwards.
+
+Each round, the drafter (SDAR or WeDLM, any :class:`~textwm.generation.base.Decoder` of the same tokenizer)
+proposes the next ``draft_length`` tokens of the context, greedy; the verifier (an AR model) reads the context's
+last token and the draft in one forward (its prefill of the prompt gives the first token, as an AR decoder's). The draft is kept up to its first token that differs from the
+verifier's own greedy choice there, and the verifier's token at that place (or after the whole draft) is added.
+Every kept token is one the verifier would have chosen itself, so the answer is the AR model's greedy answer
+whatever the drafter writes: the drafter decides only how many tokens each verifier forward yields (between 1
+and ``draft_length + 1``).
+
+The verifier keeps its K/V in a transformers cache that is cut back to the kept tokens after each round. The
+drafter decodes each draft from the whole context (the reference decoders keep no cache across calls), so this
+measures what the pairing gives per verifier forward; the wall time of a drafter with a cache that persists
+across rounds is the engine's to reach.
+
+    decoder = SpeculativeDecoder(load_model("runs/ar/final"), load_model("runs/sdar/final"), draft_length=4)
+    (answer,) = decoder.generate([prompt_ids], DecodeSettings(temperature=0, gen_length=256))
+    decoder.stats.tokens_per_verifier_forward
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from textwm.generation.base import Decoder, Generation
+from textwm.generation.settings import DecodeSettings
+
+
+@dataclass
+class SpeculativeStats:
+    """Counts over every row decoded so far."""
+
+    generated: int = 0            # tokens of the answers (stop ids included where a row stopped)
+    verifier_forwards: int = 0    # the verifier's forwards: each prompt's prefill (which gives the first token), rounds
+    drafted: int = 0              # draft tokens proposed
+    accepted: int = 0             # draft tokens kept
+    drafter_forwards: int = 0     # the drafter's forwards, as its decoder counts them
+
+    @property
+    def tokens_per_verifier_forward(self) -> float:
+        return self.generated / max(1, self.verifier_forwards)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / max(1, self.drafted)
+
+
+def _vocab(tokenizer: Any) -> dict[str, int]:
+    return dict(tokenizer.get_vocab())
+
+
+class SpeculativeDecoder(Decoder):
+    """The AR ``verifier``'s greedy answers, drafted ``draft_length`` tokens at a time by ``drafter``.
+
+    Args:
+        verifier, drafter: loaded checkpoints (:func:`~textwm.models.checkpoint.load_model`); the verifier of the
+            AR family, the drafter of any family, both of one tokenizer (every verifier token at the same id in the
+            drafter's, which may add its own, such as a mask; the same stop ids).
+        draft_length: tokens the drafter proposes per round (an SDAR drafter decodes them as one or two of its
+            blocks, by the settings' ``block_length``).
+    """
+
+    family = "ar"
+
+    def __init__(self, verifier: Any, drafter: Any, *, draft_length: int = 4, pad_token_id: int | None = None):
+        from textwm.generation.decoders import reference_decoder
+
+        if verifier.spec.family != "ar":
+            raise ValueError(f"the verifier must be an AR model, got a {verifier.spec.family} one")
+        if draft_length < 1:
+            raise ValueError(f"draft_length must be >= 1, got {draft_length}")
+        theirs = _vocab(drafter.tokenizer)
+        differ = [t for t, i in _vocab(verifier.tokenizer).items() if theirs.get(t) != i]
+        if differ:
+            raise ValueError(f"the drafter's tokenizer is not the verifier's ({len(differ)} of the verifier's tokens "
+                             f"have another id there or none, e.g. {differ[0]!r}): a draft must be read in the "
+                             "verifier's tokens")
+        if tuple(verifier.spec.stop_ids) != tuple(drafter.spec.stop_ids):
+            raise ValueError(f"the drafter's stop ids {list(drafter.spec.stop_ids)} are not the verifier's "
+                             f"{list(verifier.spec.stop_ids)}")
+        super().__init__(verifier.model, verifier.spec, pad_token_id=pad_token_id)
+        self.drafter = reference_decoder(drafter.model, drafter.spec, pad_token_id=pad_token_id)
+        self.draft_length = draft_length
+        #: Ids the verifier can read: a drafter may add tokens of its own (the diffusion models' mask).
+        self.verifier_ids = verifier.model.get_input_embeddings().num_embeddings
+        self.stats = SpeculativeStats()
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], settings: DecodeSettings,
+                 gen_lengths: Sequence[int] | None = None) -> list[Generation]:
+        """Greedy answers of the verifier, one row after another (``settings.temperature`` must be 0)."""
+        if settings.temperature != 0 or settings.repetition_penalty != 1.0:
+            raise ValueError("speculative decoding here is greedy and without a repetition penalty (its answers "
+                             "are the verifier's greedy ones): set temperature 0 and repetition_penalty 1")
+        limits = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
+        return [self._one(list(p), limit, settings) for p, limit in zip(prompts, limits)]
+
+    def _one(self, prompt: list[int], limit: int, settings: DecodeSettings) -> Generation:
+        from transformers import DynamicCache
+
+        if not prompt:
+            raise ValueError("an empty prompt: the verifier needs at least one token to continue")
+        dev, stops = self.device, set(self.spec.stop_ids)
+        cache = DynamicCache()
+        # The prefill gives the first token, as an AR decoder's does; from then on the cache holds every context
+        # token but the last, which each round feeds with its draft.
+        logits = self.model(input_ids=torch.tensor([prompt], device=dev), past_key_values=cache, use_cache=True).logits
+        forwards = 1
+        first = int(logits[0, -1].argmax())
+        context, answer = [*prompt, first], [first] if limit > 0 else []
+        while len(answer) < limit and answer[-1] not in stops:
+            draft = self._draft(context, min(self.draft_length, limit - len(answer)), settings)
+            feed = torch.tensor([context[-1:] + draft], device=dev)
+            logits = self.model(input_ids=feed, past_key_values=cache, use_cache=True).logits[0]   # [1 + k, V]
+            forwards += 1
+            choice = logits.argmax(dim=-1).tolist()            # the verifier's token after each fed token
+            kept = 0
+            while kept < len(draft) and draft[kept] == choice[kept] and draft[kept] not in stops:
+                kept += 1
+            new = [*draft[:kept], choice[kept]]
+            self.stats.drafted += len(draft)
+            self.stats.accepted += kept
+            if kept < len(draft):              # keep the K/V of context + kept draft; the bonus token is fed next
+                cache.crop(kept - len(draft))  # round (a negative crop drops that many of the newest tokens)
+            context += new
+            for token in new:
+                if len(answer) == limit:
+                    break
+                answer.append(token)
+                if token in stops:
+                    break
+        self.stats.generated += len(answer)
+        self.stats.verifier_forwards += forwards
+        stopped = bool(answer) and answer[-1] in stops
+        return Generation(token_ids=answer[:-1] if stopped else answer, finish_reason="stop" if stopped else "length",
+                          num_forwards=forwards)
+
+    def _draft(self, context: list[int], k: int, settings: DecodeSettings) -> list[int]:
+        """The drafter's greedy next ``k`` tokens of ``context`` (fewer where it stops: then its stop id last)."""
+        draft_settings = dataclasses.replace(settings, gen_length=k, temperature=0.0, seed=None)
+        (out,) = self.drafter.generate([context], draft_settings)
+        self.stats.drafter_forwards += out.num_forwards
+        tokens = out.token_ids[:k]
+        if out.finish_reason == "stop" and len(tokens) < k and self.spec.stop_ids:
+            tokens.append(self.spec.stop_ids[0])
+        readable = next((i for i, t in enumerate(tokens) if t >= self.verifier_ids), len(tokens))
+        return tokens[:readable]
