@@ -67,8 +67,11 @@ def spec_from_cli(argv: list[str], env: str | None, prog: str, usage: str) -> En
 
     env = env or pop_env_flag(argv)
     if env is None:
+        asked = "-h" in argv or "--help" in argv
         print(f"usage: {prog} --env {{{','.join(env_names())}}} {usage}; --env NAME --help lists the flags",
-              file=sys.stderr)
+              file=sys.stdout if asked else sys.stderr)
+        if asked:
+            raise SystemExit(0)   # help was asked for: not an error
         return None
     try:
         return get_env(env)

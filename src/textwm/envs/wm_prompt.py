@@ -85,8 +85,8 @@ def step_messages(env: str, fmt: str, step: Mapping[str, Any]) -> list[dict[str,
     return build(step)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m textwm.envs.wm_prompt", description=__doc__.split("\n\n")[0],
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.envs.wm_prompt") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS}))
     p.add_argument("--format", required=True, choices=("paper",), help="the layout")

@@ -163,8 +163,8 @@ def load_episodes(path: str | Path) -> list[dict[str, Any]]:
     return read_jsonl(p).rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m textwm.eval.paired", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.eval.paired") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="episodes_real.jsonl (or its folder) of the first run")
     parser.add_argument("--after", required=True, help="episodes_real.jsonl (or its folder) of the second run")
     parser.add_argument("--out", type=Path, help="write the comparison as JSON here")

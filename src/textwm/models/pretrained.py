@@ -364,12 +364,12 @@ class PretrainedConfig:
     list_names: bool = option(False, "list the names and exit", flag="--list")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.models.pretrained") -> int:
     from textwm.config import ConfigCLI, ConfigError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = ConfigCLI(PretrainedConfig, prog="python -m textwm.models.pretrained",
+        config = ConfigCLI(PretrainedConfig, prog=prog,
                            description=__doc__.split("\n\n")[0]).parse(argv)[0]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -401,14 +401,14 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
                           stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.launch") -> int:
     """``python -m textwm.rl.launch --env NAME [flags] [-- swift arguments]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    cli = ConfigCLI(GRPOConfig, prog="python -m textwm.rl.launch --env NAME", description=GRPOConfig.__doc__,
+    cli = ConfigCLI(GRPOConfig, prog=f"{prog} --env NAME", description=GRPOConfig.__doc__,
                     key_values=False)
     cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
     parsed = cli.parse_or_report(argv)

@@ -232,14 +232,16 @@ def stack_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
 COMMANDS = {"server": server_main, "proxy": proxy_main, "stack": stack_main}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.serving") -> int:
     """``python -m textwm.serving {server,proxy,stack} ...``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m textwm.serving {{{','.join(COMMANDS)}}} [--help | flags]\n"
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        print(f"usage: {prog} {{{','.join(COMMANDS)}}} [--help | flags]\n"
               f"  server  the native OpenAI-compatible WM server ({', '.join(BACKENDS[:1])})\n"
               "  proxy   the WM proxy (the paper's payload -> an OpenAI-compatible server)\n"
-              "  stack   start/stop/status of server + proxy (native | lmdeploy | vllm)", file=sys.stderr)
-        return 2
+              "  stack   start/stop/status of server + proxy (native | lmdeploy | vllm)",
+              file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     name = argv.pop(0)
-    return COMMANDS[name](argv, prog=f"python -m textwm.serving {name}")
+    return COMMANDS[name](argv, prog=f"{prog} {name}")

@@ -1,0 +1,5 @@
+"""``python -m textwm``: the ``textwm`` command (:mod:`textwm.cli`)."""
+
+from textwm.cli import main
+
+raise SystemExit(main())
