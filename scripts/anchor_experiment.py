@@ -164,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the figures here (JSON)")
     args = p.parse_args(argv)
 
+    from textwm.data.chat_encoder import ChatEncoder
     from textwm.data.jsonl import read_jsonl
     from textwm.generation.anchors import lay_out, parse_template
     from textwm.generation.settings import DecodeSettings
     from textwm.models.checkpoint import load_model
-    from textwm.training.data import ChatEncoder
 
     placements = args.placements or ["prefix", "middle", "suffix", *([STRUCTURED] if args.env else [])]
     if STRUCTURED in placements and not args.env:

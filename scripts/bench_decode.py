@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
 from textwm.generation.engine.core import BLAS_CHOICES
@@ -43,7 +44,6 @@ from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec, load_model
 from textwm.models.tiny import tiny_config
-from textwm.training.data import ChatEncoder
 
 DECODERS = ("hf_dynamic", "hf_static", "ref_sdar", "ref_wedlm", "engine_ar", "engine_sdar", "engine_sdar_lmdeploy",
             "engine_wedlm")

@@ -38,13 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the figures here (JSON)")
     args = p.parse_args(argv)
 
+    from textwm.data.chat_encoder import ChatEncoder
     from textwm.data.jsonl import read_jsonl
     from textwm.generation.ar import ARDecoder
     from textwm.generation.decoders import reference_decoder
     from textwm.generation.settings import DecodeSettings
     from textwm.generation.speculative import SpeculativeDecoder
     from textwm.models.checkpoint import load_model
-    from textwm.training.data import ChatEncoder
 
     verifier = load_model(args.verifier, device=args.device, dtype=args.dtype)
     drafter = load_model(args.drafter, device=args.device, dtype=args.dtype)

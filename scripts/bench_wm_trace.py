@@ -147,7 +147,7 @@ def prompt_ids_of(model: str):
     """A function from chat messages to the prompt's token ids, as the native server builds them."""
     from transformers import AutoTokenizer
 
-    from textwm.training.data import ChatEncoder
+    from textwm.data.chat_encoder import ChatEncoder
 
     encoder = ChatEncoder(AutoTokenizer.from_pretrained(model))
     return encoder.prompt_ids

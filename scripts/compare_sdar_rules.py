@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import time
 
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import plain_messages, split_prompt_target, validate_target_row
 from textwm.data.text import normalize
@@ -23,7 +24,6 @@ from textwm.generation.decoders import make_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics.overlap import rouge_l_f1
 from textwm.models.checkpoint import load_model
-from textwm.training.data import ChatEncoder
 
 DEFAULT_SETTINGS = ("generate_b4_s4:generate:4:4", "generate_b4_s1:generate:4:1", "lmdeploy_b8_s1:lmdeploy:8:1",
                     "lmdeploy_b4_s1:lmdeploy:4:1")

@@ -238,7 +238,7 @@ def test_a_prompt_of_exactly_the_budget_is_generated_one_more_token_is_skipped(t
     max_output_tokens - 64, the prompt measured as its rendered chat template."""
     from transformers import AutoTokenizer
 
-    from textwm.training.data import ChatEncoder
+    from textwm.data.chat_encoder import ChatEncoder
 
     (job,) = _jobs(1)
     length = len(ChatEncoder(AutoTokenizer.from_pretrained(tiny_wedlm_dir)).prompt_ids(job.prompt))

@@ -2,10 +2,11 @@ import pytest
 import torch
 
 from tests.conftest import chat
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.diffusion.masks import PAD_SAMPLE
 from textwm.diffusion.sdar import IGNORE_INDEX
 from textwm.models.checkpoint import load_model
-from textwm.training.data import ChatEncoder, TrainingRows, build_rows, encode_rows, pad_batch
+from textwm.training.data import TrainingRows, build_rows, encode_rows, pad_batch
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,12 @@ import pytest
 
 from tests.conftest import write_lines
 from tests.toy_world import transitions
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.generation.decoders import make_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
 from textwm.models.tiny import build_tiny_checkpoint, chat_texts
 from textwm.training.config import SFTConfig
-from textwm.training.data import ChatEncoder
 from textwm.training.trainer import train
 
 

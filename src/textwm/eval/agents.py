@@ -196,10 +196,10 @@ class LocalAgent:
                  top_p: float = 1.0, top_k: int = 0, max_tokens: int = 256, batch_size: int = 8,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, block_length: int = 4, denoising_steps: int = 4,
                  seed: int | None = None):
+        from textwm.data.chat_encoder import ChatEncoder
         from textwm.generation.decoders import make_decoder
         from textwm.generation.settings import DecodeSettings
         from textwm.models.checkpoint import load_model
-        from textwm.training.data import ChatEncoder
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -209,9 +209,9 @@ def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device:
                      label: str = "cpu") -> list[ShardResult]:
     """Decode ``jobs`` once per config on ``device`` with one model load (the configs differ in their decoding
     settings alone: :func:`run_passes`)."""
+    from textwm.data.chat_encoder import ChatEncoder
     from textwm.generation.decoders import make_decoder
     from textwm.models.checkpoint import load_model
-    from textwm.training.data import ChatEncoder
 
     first = configs[0]
     loaded = load_model(first.model_path, device=device, dtype=first.dtype, mask_token_id=first.mask_token_id)

@@ -20,13 +20,12 @@ from typing import Any
 
 import torch
 
-from textwm.data.jsonl import DataError
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.diffusion.masks import PAD_SAMPLE
 from textwm.diffusion.sdar import IGNORE_INDEX, block_pad_length
 
 log = logging.getLogger(__name__)
 
-_SENTINEL = "\u2063TEXTWM_TARGET\u2063"
 
 
 @dataclass(frozen=True)
@@ -49,39 +48,6 @@ class EncodeReport:
     def summary(self) -> str:
         return (f"{len(self.samples)} samples, {self.dropped_too_long} dropped (longer than cutoff_len), "
                 f"{self.truncated} prompts cut to fit")
-
-
-class ChatEncoder:
-    """Renders chat rows into (prompt ids, answer ids) with a tokenizer's own chat template."""
-
-    def __init__(self, tokenizer: Any):
-        if not getattr(tokenizer, "chat_template", None):
-            raise DataError("the tokenizer has no chat template; world-model prompts are rendered with it",
-                            path=getattr(tokenizer, "name_or_path", None))
-        self.tokenizer = tokenizer
-        self.end_of_turn = self._end_of_turn_text()
-
-    def _render(self, messages: list[dict], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                  enable_thinking=False)
-
-    def _end_of_turn_text(self) -> str:
-        """What the template writes after an assistant message's content (``<|im_end|>\\n`` for ChatML)."""
-        text = self._render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}],
-                            add_generation_prompt=False)
-        if _SENTINEL not in text:
-            raise DataError("the chat template drops assistant content; cannot find the end-of-turn text")
-        return text.split(_SENTINEL, 1)[1]
-
-    def encode_ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def prompt_ids(self, messages: list[dict]) -> list[int]:
-        return self.encode_ids(self._render(messages, add_generation_prompt=True))
-
-    def encode(self, messages: list[dict]) -> tuple[list[int], list[int]]:
-        """``(prompt ids, answer ids)`` of a row whose last message is the assistant target."""
-        return self.prompt_ids(messages[:-1]), self.encode_ids(messages[-1]["content"] + self.end_of_turn)
 
 
 def encode_rows(rows: Sequence[dict], encoder: ChatEncoder, *, cutoff_len: int, truncate_mode: str,
