@@ -8,7 +8,8 @@ Generate from a served model (vLLM, lmdeploy, the native server), then score:
         --data-dir ./data --datasets test --output-dir ./output/eval_results
 """
 
+from textwm.generation.api import ApiPredictions
 from textwm.metrics.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main(with_api=True, prog="llm_training/evaluate.py"))
+    raise SystemExit(main(predictions=ApiPredictions(), prog="llm_training/evaluate.py"))

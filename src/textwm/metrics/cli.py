@@ -1,15 +1,17 @@
 """Command line of the scorer, shared by ``sdar/``, ``wedlm/`` and ``llm_training/evaluate.py``.
 
-Only argparse is imported at module level, so ``--help`` is instant and never touches torch.
+Only argparse is imported at module level, so ``--help`` is instant and never touches torch. Scoring needs no
+decoder: a command that generates its predictions first (``llm_training/evaluate.py --api-url``) passes a
+:class:`PredictionSource`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
+from typing import Protocol
 
 DESCRIPTION = """Score world-model predictions: exact/semantic match, ROUGE-L, BLEU-1, Self-BLEU,
 Distinct-1/2 and MAUVE. Reads <input-dir>/<file-pattern> for each dataset (rows with
@@ -17,19 +19,28 @@ prediction_raw|predicted|generated and reference|expected|ground_truth), writes
 <output-dir>/<name>_scored.jsonl, eval_summary.json, eval_summary.md and eval_summary.png.
 Accepts every flag of the paper's sdar/, wedlm/ and llm_training/evaluate.py."""
 
-API_DESCRIPTION = """With --api-url, first generates predictions for <data-dir>/<name>.jsonl (chat rows; the
-last message is the reference) from an OpenAI-compatible /v1/chat/completions endpoint into
-<output-dir>/<name>_outputs.jsonl, then scores them."""
 
 
-def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse.ArgumentParser:
+class PredictionSource(Protocol):
+    """What writes the prediction files before they are scored, and the flags it adds (``--api-url`` among them)."""
+
+    description: str          # appended to the scorer's --help
+    flags: tuple[str, ...]    # its flags' dests that only matter with --api-url
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def __call__(self, args: argparse.Namespace) -> None: ...
+
+
+def build_parser(*, predictions: PredictionSource | None = None, prog: str | None = None) -> argparse.ArgumentParser:
     from textwm.data.markers import SKIPPED_OVERLONG
     from textwm.metrics.bootstrap import MAUVE_RESAMPLES
     from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
     from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
     from textwm.metrics.overlap import ROUGE_IMPLS
 
-    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION + ("\n\n" + API_DESCRIPTION if with_api else ""),
+    with_api = predictions is not None
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION + ("\n\n" + predictions.description if with_api else ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input-dir", help="folder with the prediction files" +
                    (" (default: --output-dir when --api-url is given)" if with_api else ""))
@@ -67,23 +78,13 @@ def build_parser(*, with_api: bool = False, prog: str | None = None) -> argparse
                    help="instead of scoring: put several scored output folders side by side "
                         "(comparison.md/.png/.json in --output-dir)")
     p.add_argument("--title", default=None, help="title of the table and chart")
-    if with_api:
-        g = p.add_argument_group("generation through an OpenAI-compatible endpoint")
-        g.add_argument("--api-url", help="e.g. http://localhost:8000/v1/chat/completions (or the server's base URL)")
-        g.add_argument("--model", help="model id (default: the first one the server lists under /v1/models)")
-        g.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
-                       help="bearer token (default: $OPENAI_API_KEY)")
-        g.add_argument("--data-dir", default="./data", help="folder with <name>.jsonl chat rows (default: %(default)s)")
-        g.add_argument("--max-tokens", type=int, default=2048)
-        g.add_argument("--temperature", type=float, default=0.0)
-        g.add_argument("--concurrency", "--max-workers", dest="concurrency", type=int, default=32,
-                       help="requests in flight at most (default: %(default)s)")
-        g.add_argument("--max-retries", type=int, default=3, help="retries of a transient failure (default: %(default)s)")
-        g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: %(default)s)")
+    if predictions is not None:
+        predictions.add_arguments(p)
     return p
 
 
-def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: bool) -> None:
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, predictions: PredictionSource | None) -> None:
+    with_api = predictions is not None
     if args.compare:
         if args.input_dir or args.datasets or (with_api and args.api_url):
             p.error("--compare reads already scored folders; use it without --input-dir/--datasets/--api-url")
@@ -96,7 +97,7 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: 
         p.error("--input-dir is required" + (" (or give --api-url to generate the predictions first)"
                                              if with_api else ""))
     if with_api and not args.api_url:
-        _warn_generation_flags_unused(p, args)
+        _warn_generation_flags_unused(p, args, predictions.flags)
     unknown = set(args.extract_output_field) - set(args.datasets)
     if unknown:
         # The paper's READMEs say "add --extract-output-field api_bank" under a command scoring only `test`;
@@ -108,22 +109,22 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace, with_api: 
             p.error(f"--{flag.replace('_', '-')} must be >= 0")
 
 
-#: Flags that only shape generation requests (--api-key left out: its default comes from the environment).
-_GENERATION_FLAGS = ("model", "data_dir", "max_tokens", "temperature", "concurrency", "max_retries", "timeout")
-
-
-def _warn_generation_flags_unused(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _warn_generation_flags_unused(p: argparse.ArgumentParser, args: argparse.Namespace,
+                                  flags: tuple[str, ...]) -> None:
     """One stderr line when generation flags were set without --api-url (they only shape the requests)."""
-    ignored = [f"--{name.replace('_', '-')}" for name in _GENERATION_FLAGS if getattr(args, name) != p.get_default(name)]
+    ignored = [f"--{name.replace('_', '-')}" for name in flags if getattr(args, name) != p.get_default(name)]
     if ignored:
         print(f"notice: {', '.join(ignored)} only apply with --api-url (generation); ignored, scoring "
               f"{args.input_dir} as it is", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | None = None) -> int:
-    p = build_parser(with_api=with_api, prog=prog)
+def main(argv: list[str] | None = None, *, predictions: PredictionSource | None = None,
+         prog: str | None = None) -> int:
+    """Score predictions; with ``predictions`` (e.g. :class:`textwm.generation.api.ApiPredictions`) its flags
+    are added and, when given, it writes the prediction files first."""
+    p = build_parser(predictions=predictions, prog=prog)
     args = p.parse_args(argv)
-    _check_args(p, args, with_api)
+    _check_args(p, args, predictions)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from textwm._optional import MissingDependencyError, require
@@ -141,24 +142,12 @@ def main(argv: list[str] | None = None, *, with_api: bool = False, prog: str | N
             return 0
         if args.rouge_impl == "pltrdy":
             require("rouge", extra="metrics", package="rouge")  # fail before hours of generation or scoring
-        if with_api and args.api_url:
-            _generate(args)
+        if predictions is not None and args.api_url:
+            predictions(args)
         return _score(args)
     except (DataError, ConfigError, MissingDependencyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-def _generate(args: argparse.Namespace) -> None:
-    from textwm.generation.api import ApiGenerationConfig, generate_file
-
-    config = ApiGenerationConfig(api_url=args.api_url, model=args.model, api_key=args.api_key,
-                                 max_tokens=args.max_tokens, temperature=args.temperature,
-                                 concurrency=args.concurrency, max_retries=args.max_retries, timeout_s=args.timeout)
-    for name in args.datasets:
-        out = Path(args.input_dir) / args.file_pattern.format(name=name)
-        rep = generate_file(name, Path(args.data_dir) / f"{name}.jsonl", out, config)
-        print(f"{name}: {rep.rows} predictions from {rep.model} -> {rep.output} ({rep.failed} failed requests)")
 
 
 def _score(args: argparse.Namespace) -> int:
