@@ -5,7 +5,7 @@ from textwm.diffusion.masks import PAD_SAMPLE, build_mask, dense_mask, packed_ca
 
 
 def _brute_force_sdar(pos, sid, block, half):
-    """The rule of REFERENCE.md, written out position pair by position pair."""
+    """The attention rule of sdar/README.md ("Training objective"), written out position pair by position pair."""
     n = len(pos)
     m = torch.zeros(n, n, dtype=torch.bool)
     for q in range(n):

@@ -97,7 +97,7 @@ def test_masked_diffusion_loss_hand_computed():
 
 
 def test_objective_loss_equals_the_definition_on_a_tiny_batch(tiny_sdar_dir):
-    """SDARObjective.loss vs the REFERENCE.md formula written out by hand (doubled input, rule, CE/p, /answers)."""
+    """SDARObjective.loss vs sdar/README.md's formula ("Training objective") written out by hand (doubled input, rule, CE/p, /answers)."""
     lm = load_model(tiny_sdar_dir, device="cpu", dtype="float32")
     mask_id, pad = lm.spec.mask_token_id, lm.tokenizer.pad_token_id
     objective = SDARObjective(attn_implementation="sdpa", pad_token_id=pad, mask_token_id=mask_id, block_size=4)

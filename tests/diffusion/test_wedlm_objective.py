@@ -44,7 +44,7 @@ def test_reordering_puts_observed_tokens_first_inside_each_sample_block():
 
 
 def _brute_force_wedlm(pos, sid, block, clean_len):
-    """The rule of REFERENCE.md "WeDLM", written out position pair by position pair."""
+    """The rule of wedlm/README.md ("Training objective"), written out position pair by position pair."""
     n = len(pos)
     m = torch.zeros(n, n, dtype=torch.bool)
     for q in range(n):
@@ -106,7 +106,7 @@ def _objective(lm, **kw):
 
 
 def _terms_by_definition(lm, batch):
-    """REFERENCE.md written out per row: [x0, reordered xt], the rule; returns ([(mlm ce, gamma)], [ar ce])."""
+    """wedlm/README.md's objective written out per row: [x0, reordered xt], the rule; returns ([(mlm ce, gamma)], [ar ce])."""
     mask_id = lm.spec.mask_token_id
     mlm, ar = [], []
     for b in range(batch["input_ids"].shape[0]):
@@ -138,7 +138,7 @@ def _terms_by_definition(lm, batch):
 
 
 def test_objective_loss_equals_the_definition_on_a_tiny_batch(wedlm):
-    """WeDLMObjective.loss vs REFERENCE.md written out: [x0, reordered xt], the rule, MLM/gamma + AR."""
+    """WeDLMObjective.loss vs wedlm/README.md's objective written out: [x0, reordered xt], the rule, MLM/gamma + AR."""
     objective = _objective(wedlm)
     batch = objective.collate(ROWS)
     assert batch["noise_mask"].any()

@@ -1,7 +1,7 @@
 """A slow SDAR decoder that recomputes everything without a cache, one prompt at a time.
 
 It follows the reference semantics literally (JetAstra/SDAR ``block_diffusion_generate`` with the
-fixes REFERENCE.md lists) and shares only the sampling and strategy functions, which have their
+differences from the paper's harness that sdar/README.md lists under "Decoder") and shares only the sampling and strategy functions, which have their
 own hand-computed tests. The batched, cached decoder must match it token for token (greedy).
 """
 
