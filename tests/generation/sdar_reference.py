@@ -1,8 +1,8 @@
 """A slow SDAR decoder that recomputes everything without a cache, one prompt at a time.
 
 It follows the reference semantics literally (JetAstra/SDAR ``block_diffusion_generate`` with the
-differences from the paper's harness that sdar/README.md lists under "Decoder") and shares only the sampling and strategy functions, which have their
-own hand-computed tests. The batched, cached decoder must match it token for token (greedy).
+differences from the paper's harness that sdar/README.md lists under "Decoder") and shares only the
+sampling and strategy functions, which have their own hand-computed tests. The batched, cached decoder must match it token for token (greedy).
 """
 
 import math
