@@ -27,7 +27,6 @@ One checkpoint per run (its family picks the decoder: SDAR, WeDLM or AR); compar
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from textwm.data.chat_encoder import ChatEncoder
-    from textwm.data.jsonl import read_jsonl
+    from textwm.data.jsonl import read_jsonl, write_json
     from textwm.generation.anchors import lay_out, parse_template
     from textwm.generation.settings import DecodeSettings
     from textwm.models.checkpoint import load_model
@@ -245,12 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{density_out:>7.2f} {placement:>10} {n:>5} {row['exact_match']:>6.3f} {row['free_span_exact']:>10.3f} "
               f"{violations:>10} {row['forwards_per_token']:>7.2f}", flush=True)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"model_path": args.model_path, "family": loaded.spec.family, "rows": args.rows,
-                                   "decoder": decoder_name, "settings": vars(args), "results": results},
-                                  indent=2) + "\n")
-        print(f"wrote {out}")
+        write_json(args.out, {"model_path": args.model_path, "family": loaded.spec.family, "rows": args.rows,
+                              "decoder": decoder_name, "settings": vars(args), "results": results})
+        print(f"wrote {args.out}")
     return 0
 
 

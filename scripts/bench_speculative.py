@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from textwm.data.chat_encoder import ChatEncoder
-    from textwm.data.jsonl import read_jsonl
+    from textwm.data.jsonl import read_jsonl, write_json
     from textwm.generation.ar import ARDecoder
     from textwm.generation.decoders import reference_decoder
     from textwm.generation.settings import DecodeSettings
@@ -81,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:>5} {equal:>6.3f} {row['tokens_per_verifier_forward']:>7.2f} {row['acceptance']:>6.3f} "
               f"{seconds:>8.1f} {ar_seconds / seconds:>5.2f}x", flush=True)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"settings": vars(args), "prompts": len(prompts), "ar_seconds": round(ar_seconds, 2),
-                                   "ar_tokens": ar_tokens, "drafter_family": drafter.spec.family,
-                                   "drafter_seconds": round(drafter_seconds, 2), "results": results}, indent=2) + "\n")
-        print(f"wrote {out}")
+        write_json(args.out, {"settings": vars(args), "prompts": len(prompts), "ar_seconds": round(ar_seconds, 2),
+                              "ar_tokens": ar_tokens, "drafter_family": drafter.spec.family,
+                              "drafter_seconds": round(drafter_seconds, 2), "results": results})
+        print(f"wrote {args.out}")
     return 0 if all(r["equal_to_ar_greedy"] == 1 for r in results) else 1
 
 

@@ -172,16 +172,25 @@ def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedPro
     return process, spec
 
 
-def engine_counters(port: int) -> dict[str, float]:
-    """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder)."""
+def server_metrics(port: int, names: dict[str, str]) -> dict[str, float]:
+    """The native server's ``/metrics`` counters ``names`` (``textwm_<name>`` -> key of the result); a counter
+    the server does not export is an error, not a zero."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
-    names = {"decode_steps_total": "steps", "step_rows_total": "rows", "decode_seconds_total": "decode_s"}
     out = {}
     for line in text.splitlines():
         name = line.split("{", 1)[0].removeprefix("textwm_")
         if name in names:
             out[names[name]] = float(line.rsplit(" ", 1)[1])
+    missing = [f"textwm_{name}" for name, key in names.items() if key not in out]
+    if missing:
+        raise RuntimeError(f"the server on port {port} exports no {', '.join(missing)} on /metrics")
     return out
+
+
+def engine_counters(port: int) -> dict[str, float]:
+    """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder)."""
+    return server_metrics(port, {"decode_steps_total": "steps", "step_rows_total": "rows",
+                                 "decode_seconds_total": "decode_s"})
 
 
 def chat_bodies(inputs: list[dict], stream: bool) -> list[dict]:

@@ -37,9 +37,9 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_wm_stack import Connection, engine_counters, pct, start_backend
+from bench_wm_stack import Connection, engine_counters, pct, server_metrics, start_backend
 
-from textwm.data.jsonl import read_jsonl
+from textwm.data.jsonl import read_jsonl, write_json
 
 #: The prefix cache's block (``DecodeEngine``'s default): the upper bound counts whole blocks.
 BLOCK = 64
@@ -132,15 +132,8 @@ async def replay(url: str, rollouts: list[list[list[dict]]], *, concurrency: int
 
 def cache_counters(port: int) -> dict[str, float]:
     """The native server's prompt-token counters (``/metrics``)."""
-    import httpx
-
     names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total")
-    out = dict.fromkeys(names, 0.0)
-    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.splitlines():
-        name = line.split("{", 1)[0].removeprefix("textwm_")
-        if name in out:
-            out[name] = float(line.rsplit(" ", 1)[1])
-    return out
+    return server_metrics(port, {name: name for name in names})
 
 
 def prompt_ids_of(model: str):
@@ -198,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace: {args.replays} x {args.groups} groups x {args.group_size} rollouts; requests per replay "
           f"{[sum(len(t) for g in part for t in g) for part in parts]}; prompt tokens "
           f"{[b['prompt_tokens'] for b in bounds]}, at most {[b['shareable_tokens'] for b in bounds]} cacheable")
-    server_args = args.server_args
-    args.dllm_block_length = args.dllm_denoising_steps = None   # start_backend's: the server's own defaults
+    # start_backend's knobs: the server's own diffusion defaults, a queue that holds the whole trace
+    args.dllm_block_length = args.dllm_denoising_steps = None
+    args.requests = sum(len(t) for part in parts for g in part for t in g)
+    args.server_args = f"--max-tokens {args.max_tokens} {args.server_args}"
     for s in range(args.servers):
-        args.requests = sum(len(t) for part in parts for g in part for t in g)   # the server's --max-queue
-        args.server_args = f"--max-tokens {args.max_tokens} {server_args}"
         process, spec = start_backend("native", model, args, tmp)
         runs = []
         try:
@@ -216,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 got.update(cache_hit_tokens=int(hit), cache_hit_share=round(hit / max(taken, 1), 4),
                            upper_bound_share=round(bounds[r]["shareable_tokens"] / max(bounds[r]["prompt_tokens"], 1),
                                                    4),
-                           engine_steps_per_s=round((steps_after.get("steps", 0) - steps_before.get("steps", 0))
-                                                    / got["seconds"], 1))
+                           engine_steps_per_s=round((steps_after["steps"] - steps_before["steps"]) / got["seconds"], 1))
                 runs.append(got)
                 print(f"server {s + 1} replay {r + 1}: {got['requests']} requests, {got['failed']} failed, "
                       f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} prompt "
@@ -232,10 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             rates = [runs[r]["generated_tokens_per_s"] for runs in report["servers"]]
             report.setdefault("spread", []).append(round(max(rates) / max(min(rates), 1e-9), 3))
         print(f"fresh servers' generated tok/s, max / min, per replay: {report['spread']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_json(args.out, report)
+    print(f"wrote {args.out}")
     return 0 if all(run["failed"] == 0 for runs in report["servers"] for run in runs) else 1
 
 
