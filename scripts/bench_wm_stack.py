@@ -156,7 +156,8 @@ def make_inputs(args) -> list[dict]:
 
 
 def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedProcess, BackendSpec]:
-    dllm = DllmFlags(dllm_block_length=args.dllm_block_length, dllm_denoising_steps=args.dllm_denoising_steps)
+    dllm = DllmFlags(dllm_block_length=args.dllm_block_length, dllm_denoising_steps=args.dllm_denoising_steps,
+                     dllm_unmasking_strategy=getattr(args, "dllm_unmasking_strategy", None))
     spec = BackendSpec(backend=backend, model_path=model, port=free_port(), served_model_name="bench-wm",
                        device=args.device, max_batch_size=args.max_batch_size, max_model_len=args.max_model_len,
                        dllm=dllm)
@@ -165,7 +166,7 @@ def start_backend(backend: str, model: str, args, tmp: Path) -> tuple[ManagedPro
         argv += ["--temperature", "0", "--max-queue", str(4 * args.requests), *args.server_args.split()]
     else:   # lmdeploy: as a module of this interpreter (its wheel's script may not be on PATH); bf16, shared GPU
         argv = [sys.executable, "-m", *argv, "--dtype", "bfloat16", "--cache-max-entry-count",
-                str(args.lmdeploy_cache_share)]
+                str(args.lmdeploy_cache_share), *getattr(args, "lmdeploy_args", "").split()]
     process = ManagedProcess(backend, tmp)
     process.start(argv)
     process.wait_healthy(health_url(backend, "127.0.0.1", spec.port), args.start_timeout)

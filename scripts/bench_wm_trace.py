@@ -1,4 +1,4 @@
-"""Replay of GRPO-shaped world-model traffic against fresh native servers: generated and prompt tokens/s, the
+"""Replay of GRPO-shaped world-model traffic against fresh servers (native, or lmdeploy): generated and prompt tokens/s, the
 prefix cache's hit rate, latency percentiles, and how much the figures move from one fresh server to the next.
 
 The trace is built from an env's world-model rows (``<env>/build_wm_dataset.py``'s ``wm_*.jsonl``: one row per
@@ -21,6 +21,9 @@ server took from its prefix cache (``/metrics``), beside the most any cache of 6
     python scripts/bench_wm_trace.py --rows runs/alfworld_data/wm_train.jsonl --model-path runs/sdar/final \\
         --device cuda --groups 8 --group-size 8 --concurrency 64 --max-tokens 64 --servers 3 --replays 2
     ... --server-args "--no-prefix-cache"                                      # the same without the cache
+    ... --backend lmdeploy --server-args "--enable-prefix-caching"             # lmdeploy, its prefix cache on
+
+lmdeploy exports none of the native server's counters: its cache hits, steps and graphs are not reported.
 """
 
 from __future__ import annotations
@@ -131,8 +134,9 @@ async def replay(url: str, rollouts: list[list[list[dict]]], *, concurrency: int
 
 
 def cache_counters(port: int) -> dict[str, float]:
-    """The native server's prompt-token counters (``/metrics``)."""
-    names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total")
+    """The native server's prompt-token counters, its CUDA graphs and warm-up seconds (``/metrics``)."""
+    names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total", "cuda_graphs",
+             "warm_up_seconds", "prefill_seconds_total", "step_seconds_total")
     return server_metrics(port, {name: name for name in names})
 
 
@@ -161,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--server-args", default="", help="more flags for the native server, e.g. '--no-prefix-cache'")
+    p.add_argument("--backend", default="native", choices=["native", "lmdeploy"])
+    p.add_argument("--dllm-block-length", type=int, default=None, help="SDAR under lmdeploy's rules (both backends)")
+    p.add_argument("--dllm-denoising-steps", type=int, default=None)
+    p.add_argument("--dllm-unmasking-strategy", default=None)
+    p.add_argument("--server-args", default="", help="more flags for the server, e.g. '--no-prefix-cache' (native), "
+                                                      "'--enable-prefix-caching' (lmdeploy)")
+    p.add_argument("--lmdeploy-cache-share", type=float, default=0.5, help="lmdeploy --cache-max-entry-count")
     p.add_argument("--start-timeout", type=float, default=600)
     p.add_argument("--out", default="runs/bench_wm_trace.json")
     args = p.parse_args(argv)
@@ -191,30 +201,48 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace: {args.replays} x {args.groups} groups x {args.group_size} rollouts; requests per replay "
           f"{[sum(len(t) for g in part for t in g) for part in parts]}; prompt tokens "
           f"{[b['prompt_tokens'] for b in bounds]}, at most {[b['shareable_tokens'] for b in bounds]} cacheable")
-    # start_backend's knobs: the server's own diffusion defaults, a queue that holds the whole trace
-    args.dllm_block_length = args.dllm_denoising_steps = None
+    # start_backend's knobs: a queue that holds the whole trace
     args.requests = sum(len(t) for part in parts for g in part for t in g)
-    args.server_args = f"--max-tokens {args.max_tokens} {args.server_args}"
+    native = args.backend == "native"
+    if native:
+        args.server_args = f"--max-tokens {args.max_tokens} {args.server_args}"
+    else:
+        args.lmdeploy_args = args.server_args
     for s in range(args.servers):
-        process, spec = start_backend("native", model, args, tmp)
+        process, spec = start_backend(args.backend, model, args, tmp)
         runs = []
         try:
             for r, part in enumerate(parts):
-                before, steps_before = cache_counters(spec.port), engine_counters(spec.port)
+                if native:
+                    before, steps_before = cache_counters(spec.port), engine_counters(spec.port)
                 got = asyncio.run(replay(f"http://127.0.0.1:{spec.port}/v1/chat/completions", part,
                                          concurrency=args.concurrency, max_tokens=args.max_tokens))
+                if not native:
+                    runs.append(got)
+                    print(f"server {s + 1} replay {r + 1}: {got['requests']} requests, {got['failed']} failed, "
+                          f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} "
+                          f"prompt tok/s, p50 {got['p50_ms']:7.1f} ms, p99 {got['p99_ms']:7.1f} ms", flush=True)
+                    continue
                 after, steps_after = cache_counters(spec.port), engine_counters(spec.port)
                 hit = after["prefix_cache_hit_tokens_total"] - before["prefix_cache_hit_tokens_total"]
                 taken = after["prompt_tokens_total"] - before["prompt_tokens_total"]
                 got.update(cache_hit_tokens=int(hit), cache_hit_share=round(hit / max(taken, 1), 4),
                            upper_bound_share=round(bounds[r]["shareable_tokens"] / max(bounds[r]["prompt_tokens"], 1),
                                                    4),
-                           engine_steps_per_s=round((steps_after["steps"] - steps_before["steps"]) / got["seconds"], 1))
+                           engine_steps_per_s=round((steps_after["steps"] - steps_before["steps"]) / got["seconds"], 1),
+                           # graphs captured while this replay's requests waited (0 after a warm-up of every shape)
+                           graphs_captured=int(after["cuda_graphs"] - before["cuda_graphs"]),
+                           warm_up_s=round(after["warm_up_seconds"], 2),
+                           # where the engine's time went: prefills of joining rows, decode steps
+                           prefill_s=round(after["prefill_seconds_total"] - before["prefill_seconds_total"], 2),
+                           step_s=round(after["step_seconds_total"] - before["step_seconds_total"], 2))
                 runs.append(got)
                 print(f"server {s + 1} replay {r + 1}: {got['requests']} requests, {got['failed']} failed, "
                       f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} prompt "
                       f"tok/s, p50 {got['p50_ms']:7.1f} ms, p99 {got['p99_ms']:7.1f} ms, cache {got['cache_hit_share']:.3f}"
-                      f" of prompt tokens (at most {got['upper_bound_share']:.3f}), {got['engine_steps_per_s']} steps/s",
+                      f" of prompt tokens (at most {got['upper_bound_share']:.3f}), {got['engine_steps_per_s']} steps/s, "
+                      f"{got['graphs_captured']} graphs captured (warm-up {got['warm_up_s']} s), engine: prefill "
+                      f"{got['prefill_s']} s, steps {got['step_s']} s",
                       flush=True)
         finally:
             process.stop()

@@ -311,6 +311,29 @@ def test_a_failed_step_leaves_an_idle_engine_that_decodes_again(sdar, prompts):
     assert outcome(got) == outcome(reference_decoder(sdar.model, sdar.spec).generate(prompts, settings))
 
 
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_the_warm_up_of_every_shape_leaves_the_rows_to_decode_as_the_reference(family, sdar, wedlm, ar, prompts):
+    """The warm-up runs a placeholder forward of every row bucket, kv bucket and step shape into the free rows
+    (eagerly here; captured on CUDA): what it leaves in them is never read."""
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = DecodeSettings(gen_length=9, temperature=0, block_length=4, denoising_steps=2, window_size=4)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=3, max_len=300)
+    engine.warm_up(settings)
+    assert engine.stats.warm_up_s > 0 and engine.num_graphs == 0      # no graphs on the CPU
+    ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings, LENGTHS)
+    assert outcome(engine.generate(prompts, settings, LENGTHS)) == outcome(ref)
+
+
+def test_the_shape_buckets_cover_every_batch_and_length():
+    from textwm.generation.engine.graphs import kv_bucket, kv_buckets, row_bucket, row_buckets
+
+    assert row_buckets(64) == [1, 2, 4, 8, 16, 32, 64] and row_buckets(24) == [1, 2, 4, 8, 16, 24]
+    assert kv_buckets(600) == [256, 512, 600] and kv_buckets(100) == [100]
+    for capacity in (100, 600, 4160):
+        assert {kv_bucket(k, capacity) for k in range(1, capacity + 1)} == set(kv_buckets(capacity))
+    assert {row_bucket(r, 24) for r in range(1, 25)} == set(row_buckets(24))
+
+
 def test_blas_is_left_alone_on_the_cpu_and_checked(tiny_ar_dir):
     lm = load_model(tiny_ar_dir, device="cpu", dtype="float32")
     assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32).blas is None
@@ -420,6 +443,10 @@ def test_a_cached_prefix_decodes_as_a_prompt_prefilled_whole(family, rules, sdar
         assert outcome(engine.generate(shared, settings)) == outcome(ref)
     stats = engine.prompt_stats
     assert stats.hit_tokens > 0 and stats.computed_tokens + stats.hit_tokens == stats.prompt_tokens
+    # A GRPO group's first turn: rows joining together that share blocks the cache lacks compute them once.
+    group = DecodeEngine(lm.model, lm.spec, max_rows=6, max_len=96, prefix_cache_tokens=64, prefix_block_tokens=8)
+    assert outcome(group.generate(shared, settings)) == outcome(ref)
+    assert group.prompt_stats.hit_tokens >= 4 * 8          # base's first block, for each of its 4 followers
     # A budget smaller than the prefixes evicts the least recently used blocks: still exact.
     small = DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=96, prefix_cache_tokens=16, prefix_block_tokens=8)
     assert outcome(small.generate(shared + shared, settings)) == outcome(ref + ref)

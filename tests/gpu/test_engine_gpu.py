@@ -76,6 +76,26 @@ def test_wedlm_and_ar_engines_with_cuda_graphs_equal_the_reference(tiny_wedlm_di
     _check(ar, dataclasses.replace(settings, repetition_penalty=1.5), attention)
 
 
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_after_the_warm_up_of_every_shape_no_request_captures_a_graph(family, tiny_sdar_dir, tiny_wedlm_dir,
+                                                                       tiny_ar_dir):
+    """The server's warm-up captures every row bucket's and kv bucket's graph: decoding then captures none, and
+    its greedy output is still the reference decoder's."""
+    lm = _load({"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[family],
+               {"sdar": untie_head, "wedlm": sharpen_head}.get(family))
+    settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2, window_size=8)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=600)
+    engine.warm_up(settings)
+    warmed = engine.num_graphs
+    assert warmed > 0 and engine.stats.warm_up_s > 0
+    prompts = _prompts(lm)
+    long = [p * (300 // len(p)) for p in prompts[:2]]       # into the second and third kv buckets
+    ref = reference_decoder(lm.model, lm.spec).generate(prompts + long, settings)
+    got = engine.generate(prompts + long, settings)
+    assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
+    assert engine.num_graphs == warmed
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "grouped"])
 def test_llama_engines_with_cuda_graphs_equal_the_reference(tiny_llama_dirs, attention):
     """Llama layers (no q/k norm modules at all) through the compiled fused layers, for every family."""

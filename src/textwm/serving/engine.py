@@ -121,6 +121,9 @@ class EngineConfig:
     #: Continuous scheduler: keep prompt prefixes' K/V for the next prompts that start the same way
     #: (``textwm.generation.engine.prefix_cache``).
     prefix_cache: bool = True
+    #: Continuous scheduler on CUDA: capture every row bucket's and kv bucket's graph before serving
+    #: (``DecodeEngine.warm_up``); False: the smallest ones only, the rest on first use.
+    warm_every_shape: bool = True
     #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
     allow_client_chat_template: bool = False
     #: Stop strings per request at most, and their characters together: stop matching runs on every new piece
@@ -195,8 +198,9 @@ class Engine:
                 engine = DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
                                       max_rows=c.max_batch_size, max_len=c.max_model_len,
                                       prefix_cache_tokens=None if c.prefix_cache else 0)
-                if engine.net.device.type == "cuda":
-                    engine.warm_up(c.defaults)   # compiles and graph captures before the first request
+                if engine.net.device.type == "cuda":   # compiles and graph captures before the first request
+                    engine.warm_up(c.defaults, every_shape=c.warm_every_shape)
+                    log.info("warm-up: %d CUDA graphs in %.1f s", engine.num_graphs, engine.stats.warm_up_s)
                 return engine
             try:
                 scheduler = ContinuousScheduler(make_engine, self._intake, max_batch_size=c.max_batch_size,

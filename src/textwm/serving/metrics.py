@@ -39,6 +39,13 @@ class ServerMetrics:
     decode_seconds: float = 0.0
     #: Rows in the decoder now (set by the worker thread).
     rows_running: int = 0
+    #: CUDA graphs the continuous engine holds, and the seconds its warm-up took (set by the worker thread): a
+    #: count that grows while requests run means requests waited for captures.
+    cuda_graphs: int = 0
+    warm_up_seconds: float = 0.0
+    #: Seconds the continuous engine spent in prefills (joins) and in decode steps (set by the worker thread).
+    prefill_seconds: float = 0.0
+    step_seconds: float = 0.0
     _recent: deque = field(default_factory=deque)   # (time, tokens, rows) of the steps in the window
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -107,6 +114,13 @@ class ServerMetrics:
                     self.step_rows),
             *metric("rows_per_step", "gauge", f"Mean rows a step over the last {RATE_WINDOW_S:.0f} s.",
                     f"{self.rows_per_step():.2f}"),
+            *metric("cuda_graphs", "gauge", "CUDA graphs the continuous engine has captured.", self.cuda_graphs),
+            *metric("warm_up_seconds", "gauge", "Seconds the engine's warm-up took before serving.",
+                    f"{self.warm_up_seconds:.3f}"),
+            *metric("prefill_seconds_total", "counter", "Seconds the continuous engine spent prefilling joining rows.",
+                    f"{self.prefill_seconds:.3f}"),
+            *metric("step_seconds_total", "counter", "Seconds the continuous engine spent in decode steps.",
+                    f"{self.step_seconds:.3f}"),
             *metric("generated_tokens_total", "counter", "Completion tokens generated.", self.generated_tokens),
             *metric("decode_seconds_total", "counter", "Seconds spent in the decoder.", f"{self.decode_seconds:.3f}"),
             *metric("tokens_per_second", "gauge", f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s.",

@@ -208,6 +208,7 @@ class ContinuousScheduler:
         self.metrics = metrics
         self.join_min_rows = join_min_rows or max(1, self.max_rows // 8)
         self.join_wait_s = join_wait_ms / 1000
+        self._publish_engine_counters()   # the warm-up's, so that the first step's deltas are its own
         self.active: dict[tuple[int, int], tuple[Work, int]] = {}   # engine key -> (request, row)
 
     def _free_rows(self) -> int:
@@ -285,9 +286,7 @@ class ContinuousScheduler:
             self._fail_running(exc, time.perf_counter() - started)
             return
         self.metrics.record_step(rows, sum(len(u.token_ids) for u in updates), time.perf_counter() - started)
-        prompts = self.engine.prompt_stats
-        self.metrics.prompt_tokens, self.metrics.prefix_cache_hit_tokens, self.metrics.prompt_tokens_computed = (
-            prompts.prompt_tokens, prompts.hit_tokens, prompts.computed_tokens)
+        self._publish_engine_counters()
         for u in updates:
             work, row = self.active.get(u.key, (None, 0))
             if work is None:
@@ -296,6 +295,14 @@ class ContinuousScheduler:
                 del self.active[u.key]
             if u.token_ids or u.finished is not None:
                 work.post(RowTokens(row, list(u.token_ids), u.finished))
+
+    def _publish_engine_counters(self) -> None:
+        """The engine's prompt-token, graph and time counters into the server's metrics."""
+        m, prompts, stats = self.metrics, self.engine.prompt_stats, self.engine.stats
+        m.prompt_tokens, m.prefix_cache_hit_tokens, m.prompt_tokens_computed = (
+            prompts.prompt_tokens, prompts.hit_tokens, prompts.computed_tokens)
+        m.cuda_graphs, m.warm_up_seconds = self.engine.num_graphs, stats.warm_up_s
+        m.prefill_seconds, m.step_seconds = stats.prefill_s, stats.decode_s
 
     def _fail_running(self, exc: BaseException, seconds: float) -> None:
         """Fail the running requests first (nothing below may leave them waiting), then drop their rows in place

@@ -64,6 +64,9 @@ class ARRows(Rows):
         for table in (self.host_pos, self.budgets, self.layouts, self.cursor):
             table.pop(slot, None)
 
+    def forward_shapes(self) -> list[tuple[int, int]]:
+        return [(1, 0)]   # a step feeds each row's last token
+
     def _sample(self, logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Next token ``[n]`` from ``logits [n, V]`` of engine rows ``rows [n]``."""
         if self.penalize:

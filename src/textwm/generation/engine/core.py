@@ -42,8 +42,9 @@ import torch
 from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.families import FAMILY_ROWS, RowsContext, capacity_slack
-from textwm.generation.engine.graphs import GraphedForward
+from textwm.generation.engine.graphs import GraphedForward, kv_buckets, row_buckets
 from textwm.generation.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixStats
+from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
@@ -79,6 +80,8 @@ class EngineStats:
     decode_s: float = 0.0
     steps: int = 0
     rows_stepped: int = 0   # sum over steps of the rows decoding (mean occupancy = rows_stepped / steps)
+    #: Seconds :meth:`DecodeEngine.warm_up` took (compiling and capturing before the first request).
+    warm_up_s: float = 0.0
 
 
 class DecodeEngine:
@@ -312,13 +315,38 @@ class DecodeEngine:
             raise
         return results  # type: ignore[return-value]
 
-    def warm_up(self, settings: DecodeSettings) -> None:
-        """Compile and capture, before the first request, what it would otherwise wait for (seconds on CUDA):
-        the layer functions for prefills of one and of two rows (dynamo specialises a size of 1) and the
-        decode graphs of the smallest row buckets, under ``settings``' step structure."""
+    def warm_up(self, settings: DecodeSettings, *, every_shape: bool = True) -> None:
+        """Compile and capture, before the first request, what it would otherwise wait for (seconds on CUDA).
+
+        First the layer functions, for prefills of one and of two rows (dynamo specialises a size of 1), the
+        prefix cache's paths and the decode graphs of the smallest row buckets, by decoding placeholder prompts
+        under ``settings``' step structure. With ``every_shape``, then the forward (or whole-step) graph of every row bucket and every kv
+        bucket that structure can run (:meth:`Rows.warm_graphs <textwm.generation.engine.rows.Rows.warm_graphs>`),
+        so that no request waits for a capture; requests of another step structure still capture theirs on first
+        use. The engine must be idle.
+        """
+        if self.num_active:
+            raise RuntimeError("warm_up() needs an idle engine; it is serving requests")
+        started = time.perf_counter()
         settings = dataclasses.replace(settings, gen_length=min(settings.gen_length, 8), seed=None)
-        for prompts in ([[self.pad_id] * 3], [[self.pad_id] * 5, [self.pad_id] * 9]):
+        # A long prompt holds whole SDAR blocks and prefix-cache blocks, so that the prefills of one row, of two,
+        # and after a cached prefix (its second time) run here too.
+        long = max(1, min(2 * MAX_BLOCK_OR_WINDOW + 1, self.max_len - settings.gen_length))
+        short, pad = min(3, long), self.pad_id
+        for prompts in ([[pad] * short], [[pad] * long], [[pad] * short, [pad] * long]):
             self.generate(prompts, settings)
+        if every_shape:
+            self._start(settings)
+            with _preferred_blas(self.blas), torch.no_grad():
+                self._rows.warm_graphs(row_buckets(self.max_rows), kv_buckets(self.net.capacity))
+            self._sync()
+        # The stats describe serving: the warm-up's decoding is counted in warm_up_s alone.
+        self.stats = EngineStats(warm_up_s=self.stats.warm_up_s + time.perf_counter() - started)
+
+    @property
+    def num_graphs(self) -> int:
+        """CUDA graphs captured so far (0 without graphs)."""
+        return self.forward.num_graphs
 
     def _sync(self) -> None:
         if self.net.device.type == "cuda":

@@ -39,6 +39,16 @@ def kv_bucket(kv_len: int, capacity: int) -> int:
     return min(-(-kv_len // KV_BUCKET) * KV_BUCKET, capacity)
 
 
+def row_buckets(max_rows: int) -> list[int]:
+    """Every row bucket a forward of ``max_rows`` rows can run (:func:`row_bucket`), ascending."""
+    return sorted({row_bucket(rows, max_rows) for rows in range(1, max_rows + 1)})
+
+
+def kv_buckets(capacity: int) -> list[int]:
+    """Every kv_len bucket of a cache of ``capacity`` columns (:func:`kv_bucket`), ascending."""
+    return sorted({kv_bucket(kv_len, capacity) for kv_len in range(KV_BUCKET, capacity + KV_BUCKET, KV_BUCKET)})
+
+
 class GraphedForward:
     """Calls ``net.forward`` eagerly, or through CUDA graphs when ``enabled`` (CUDA only)."""
 
@@ -83,6 +93,22 @@ class GraphedForward:
     @property
     def num_graphs(self) -> int:
         return len(self._graphs) + len(self._step_graphs)
+
+    def warm(self, rows: int, q: int, kv_len: int, logits_from: int = 0) -> None:
+        """Capture the graph of shape key ``(rows, q, kv_len, logits_from)`` now, with placeholder inputs, so that no
+        request waits for it (``kv_len`` a bucket). Rows ``0..rows-1`` must be free: the forward writes K/V at
+        their columns ``0..q-1``, which a row's prefill overwrites before any query reads them. Eager
+        (``enabled`` false): the forward runs once, so the path is the same on the CPU."""
+        dev, cap = self.net.device, self.net.capacity
+        cols = torch.arange(q, device=dev).clamp(max=cap - 1).expand(rows, q).contiguous()
+        ids = torch.zeros((rows, q), dtype=torch.long, device=dev)
+        limits = (cols + 1).clamp(max=kv_len)
+        if not self.enabled:
+            self.net.forward(ids, cols, cols, limits, kv_len=kv_len, logits_from=logits_from)
+            return
+        key = (rows, q, kv_len, logits_from)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(key, (ids, cols, cols, limits))
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor, *,
                  kv_len: int, logits_from: int = 0) -> torch.Tensor:

@@ -203,6 +203,20 @@ class Rows:
     def reset(self, slot: int) -> None:
         """Return a freed row's state to rest (families override)."""
 
+    def forward_shapes(self) -> list[tuple[int, int]]:
+        """``(query length, logits_from)`` of every forward a step of this step structure runs (families say)."""
+        raise NotImplementedError
+
+    def warm_graphs(self, buckets: list[int], kv_lens: list[int]) -> None:
+        """Capture every forward a step can run, for each row bucket and kv bucket, before any row is active
+        (:meth:`GraphedForward.warm`). A family whose steps are graphs of their own overrides it."""
+        if self.active:
+            raise RuntimeError("warm the graphs before any row decodes: the placeholder forwards write into rows 0..B-1")
+        for b in buckets:
+            for kv_len in kv_lens:
+                for q, logits_from in self.forward_shapes():
+                    self.ctx.forward.warm(b, q, kv_len, logits_from)
+
     def mark_seen(self, slot: int, tokens: list[int]) -> None:
         """``tokens`` now count for the repetition penalty of ``slot`` (rows without one keep no table)."""
         if slot in self.penalised and tokens:

@@ -138,6 +138,10 @@ class SDARRows(Rows):
             table.pop(slot, None)
         self.host_pending.discard(slot)
 
+    def forward_shapes(self) -> list[tuple[int, int]]:
+        # a denoising forward of the block, and the fused commit's (the finished block, then the new one)
+        return [(self.blk, 0), (2 * self.blk, self.blk)]
+
     # --- one block ----------------------------------------------------------------------------------------
 
     def step(self) -> list[Update]:

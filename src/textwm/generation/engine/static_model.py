@@ -172,7 +172,9 @@ class StaticModel:
 
         With a ``prefix_cache``, each prompt's longest cached prefix (whole blocks, the last token always left to
         compute) is copied into its row, only the rest is computed, attending to it, and the prompt's new whole
-        blocks are kept (:mod:`textwm.generation.engine.prefix_cache`).
+        blocks are kept (:mod:`textwm.generation.engine.prefix_cache`). Prompts of one prefill that share blocks the
+        cache does not hold yet take two passes: the first prompt of each such set computes them, the others
+        find them in the cache.
         """
         starts, chains = [0] * len(prompts), None
         if prefix_cache is not None and block is not None and prefix_cache.block_tokens % block:
@@ -180,6 +182,14 @@ class StaticModel:
         if prefix_cache is not None:
             chains = [prefix_cache.chain(p, len(p) - 1, block) for p in prompts]
             found = [prefix_cache.lookup(keys) for keys in chains]
+            followers = _followers(chains, found)
+            if followers:
+                # Prompts that share a block no cache holds yet (a GRPO group's first turn): the first of them
+                # computes it, the others find it, in a second prefill.
+                lead = [i for i in range(len(prompts)) if i not in followers]
+                out = [self.prefill(slots[rows], [prompts[i] for i in rows], block=block, pad_id=pad_id,
+                                    prefix_cache=prefix_cache) for rows in (lead, sorted(followers))]
+                return torch.cat(out)[torch.tensor(lead + sorted(followers)).argsort().to(out[0].device)]
             prefix_cache.load(self.keys, self.values, slots.tolist(), found)
             starts = [len(blocks) * prefix_cache.block_tokens for blocks in found]
         lengths = [len(p) - s for p, s in zip(prompts, starts)]
@@ -217,15 +227,17 @@ class StaticModel:
         query_col = col[:, :, None]
         visible = (key_col <= query_col) if block is None else (key_col // block <= query_col // block)
         visible = visible[:, None]                                                      # [n, 1, width, total]
-        index = col.clamp(max=self.capacity - 1)[:, None, :, None].expand(n, self.n_kv, width, self.head_dim)
+        write_col = col.clamp(max=self.capacity - 1)
+        rows = slots[:, None]
         math = self.layer_math
         x = math.input_norm(h)
         for i, layer in enumerate(self.layers):
             q, k, v = (t.transpose(1, 2) for t in math.qkv_of(i, x, cos, sin))   # [n, heads, width, D]
+            # The rows' new columns into the cache ([n, width, H_kv, D] at (row, column)), and the attention's
+            # keys and values: the rows' first `total` columns, gathered, with the new ones in place.
+            self.keys[i][rows, :, write_col] = k.transpose(1, 2)
+            self.values[i][rows, :, write_col] = v.transpose(1, 2)
             keys, values = self.keys[i][slots, :, :total], self.values[i][slots, :, :total]   # copies
-            keys.scatter_(2, index, k)
-            values.scatter_(2, index, v)
-            self.keys[i][slots, :, :total], self.values[i][slots, :, :total] = keys, values
             if self.n_heads != self.n_kv:
                 keys, values = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (keys, values))
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=layer.self_attn.scaling)
@@ -258,6 +270,21 @@ class StaticModel:
             h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
         return self.model.lm_head(x[torch.arange(len(prompts), device=self.device), last])
+
+
+def _followers(chains: list[list[bytes]], found: list[list[int]]) -> set[int]:
+    """Prompts whose first uncached block an earlier prompt of the same prefill computes too (``chains``: each
+    prompt's block keys, ``found``: its cached leading blocks)."""
+    computed: set[bytes] = set()
+    followers = set()
+    for i, (keys, hit) in enumerate(zip(chains, found)):
+        if len(hit) == len(keys):
+            continue
+        if keys[len(hit)] in computed:
+            followers.add(i)
+        else:
+            computed.update(keys[len(hit):])
+    return followers
 
 
 def _layer_math(model: Any, fused: bool | None, **shape: int) -> FusedLayers | ModuleLayers:

@@ -101,6 +101,29 @@ class WeDLMRows(Rows):
         longest = self.w + longest_run
         return min(-(-longest // WIDTH_STEP) * WIDTH_STEP, 2 * self.w)
 
+    def forward_shapes(self) -> list[tuple[int, int]]:
+        return [(q, 0) for q in sorted({self._width(run) for run in range(self.w + 1)})]
+
+    def _step_graphs(self, greedy: bool) -> bool:
+        """Whether a step of rows this greedy runs as one whole-step CUDA graph."""
+        return greedy and self.ctx.forward.enabled and self.ctx.generator is None
+
+    def warm_graphs(self, buckets: list[int], kv_lens: list[int]) -> None:
+        """Greedy step structures: capture the whole-step graph of every (bucket, width, kv bucket); the free rows
+        it runs on stay at rest (inactive rows fill nothing, so their run and length stay 0). Else the forwards."""
+        if not self._step_graphs(self.settings.temperature == 0):
+            super().warm_graphs(buckets, kv_lens)
+            return
+        if self.active:
+            raise RuntimeError("warm the graphs before any row decodes: the placeholder steps run rows 0..B-1")
+        self.active_now.fill_(False)
+        for b in buckets:
+            for kv_len in kv_lens:
+                for q, _ in self.forward_shapes():
+                    if (b, q, kv_len) not in self.graphs:
+                        self.graphs[(b, q, kv_len)] = self.ctx.forward.capture_step(
+                            lambda: self._window_step(b, q, kv_len, dense=True))  # noqa: B023 (runs at once)
+
     def step(self) -> list[Update]:
         v = self.view()
         b = v.b
@@ -109,7 +132,7 @@ class WeDLMRows(Rows):
         kv_len = kv_bucket(max(self.host_length[s] for s in v.rows) + q, self.ctx.net.capacity)
         self.active_now[:b].copy_(v.mask)
         greedy = self.sampling(b).all_greedy
-        if greedy and self.ctx.forward.enabled and self.ctx.generator is None:
+        if self._step_graphs(greedy):
             # Greedy rows need no host decision inside the step: the whole of it (window layout, forward,
             # fill rule, shift) is one CUDA graph per (bucket, width, kv bucket).
             # The graphs live with these rows: they read these tensors and bake in this step structure.

@@ -1,0 +1,133 @@
+"""Joins of GRPO-shaped prompts into the decode engine: prefill tokens/s with and without the prefix cache, and
+where the time goes (``--profile``: the top operators by device time and by host time).
+
+The prompts are the trace's (:func:`bench_wm_trace.rollouts_of`: GRPO groups of rollouts over an env's world-model
+rows), taken turn by turn within each group as a GRPO step sends them; every ``--join`` of them are admitted
+together, so one engine step prefills them (and decodes one unit: ``max_tokens`` 1). Printed per arm, and written
+to ``--out``: joins, prompt tokens taken and computed, seconds in prefills, prompt and computed tokens/s, ms a join.
+
+    python scripts/bench_prefill.py --rows data/samples/sciworld_wm_train.jsonl --groups 4 --join 8   # CPU, tiny SDAR
+    python scripts/bench_prefill.py --rows runs/alfworld_data/wm_train.jsonl --model-path outputs/sdar_sft \\
+        --device cuda --groups 8 --join 8 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_wm_trace import prompt_ids_of, rollouts_of
+
+from textwm.data.jsonl import read_jsonl, write_json
+from textwm.generation.engine import DecodeEngine
+from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import load_model
+
+
+def trace_prompts(rollouts: list[list[list[list[dict]]]]) -> list[list[dict]]:
+    """The turns' prompts in the order a GRPO step sends them: group by group, turn by turn, rollout by rollout."""
+    return [turns[t] for group in rollouts for t in range(max(len(r) for r in group)) for turns in group
+            if t < len(turns)]
+
+
+def run_arm(lm, prompts: list[list[int]], *, join: int, max_len: int, cache: bool, settings: DecodeSettings,
+            profile: bool) -> dict:
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=join, max_len=max_len, prefix_cache_tokens=None if cache else 0)
+    if engine.net.device.type == "cuda":
+        engine.warm_up(settings)
+    profiler = None
+    if profile:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if engine.net.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiler = torch.profiler.profile(activities=activities)
+        profiler.__enter__()
+    started = time.perf_counter()
+    for start in range(0, len(prompts), join):
+        for i, prompt in enumerate(prompts[start:start + join]):
+            engine.admit(i, prompt, settings, 1)
+        while engine.num_active:
+            engine.step()
+    seconds = time.perf_counter() - started
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+    s, p = engine.stats, engine.prompt_stats
+    joins = -(-len(prompts) // join)
+    out = {"cache": cache, "joins": joins, "prompt_tokens": p.prompt_tokens, "computed_tokens": p.computed_tokens,
+           "hit_tokens": p.hit_tokens, "seconds": round(seconds, 3), "prefill_s": round(s.prefill_s, 3),
+           "step_s": round(s.decode_s, 3),
+           "prompt_tokens_per_prefill_s": round(p.prompt_tokens / max(s.prefill_s, 1e-9), 1),
+           "computed_tokens_per_prefill_s": round(p.computed_tokens / max(s.prefill_s, 1e-9), 1),
+           "ms_per_join": round(1000 * s.prefill_s / joins, 2)}
+    if profiler is not None:
+        averages = profiler.key_averages()
+        on_device = engine.net.device.type == "cuda"
+        out["top_device"] = averages.table(sort_by="self_cuda_time_total" if on_device else "self_cpu_time_total",
+                                           row_limit=15)
+        out["top_host"] = averages.table(sort_by="cpu_time_total", row_limit=15)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="+", required=True, help="world-model rows (.jsonl) of one or more envs")
+    p.add_argument("--groups", type=int, default=8, help="GRPO groups (tasks)")
+    p.add_argument("--group-size", type=int, default=8, help="rollouts per group")
+    p.add_argument("--max-turns", type=int, default=8, help="turns per rollout at most (0: the episode's)")
+    p.add_argument("--join", type=int, default=8, help="prompts admitted together (one prefill)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--block-length", type=int, default=4, help="SDAR block length")
+    p.add_argument("--arms", nargs="+", default=["cache", "nocache"], choices=["cache", "nocache"])
+    p.add_argument("--profile", action="store_true", help="print the top operators of each arm (torch.profiler)")
+    p.add_argument("--out", default="runs/bench_prefill.json")
+    args = p.parse_args(argv)
+    rows = [row for path in args.rows for row in read_jsonl(path).rows]
+    try:
+        rollouts = rollouts_of(rows, groups=args.groups, group_size=args.group_size, seed=args.seed,
+                               max_turns=args.max_turns, where=", ".join(args.rows))
+    except ValueError as exc:
+        p.error(str(exc))
+    model = args.model_path
+    if model is None:
+        from textwm.models.tiny import build_tiny_checkpoint
+
+        texts = [m["content"] for row in rows[:200] for m in (json.loads(row["messages"])
+                                                              if isinstance(row["messages"], str) else row["messages"])]
+        model = str(build_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="bench_prefill_")) / "model", texts,
+                                          family="sdar", vocab_size=600))
+    encode = prompt_ids_of(model)
+    prompts = [ids for ids in map(encode, trace_prompts(rollouts)) if len(ids) < args.max_model_len]
+    lm = load_model(model, device=args.device, dtype=args.dtype)
+    settings = DecodeSettings(gen_length=1, temperature=0, block_length=args.block_length, denoising_steps=1)
+    report = {"settings": dict(vars(args)), "model": model, "family": lm.spec.family, "prompts": len(prompts),
+              "arms": []}
+    print(f"{len(prompts)} prompts ({sum(map(len, prompts))} tokens) in joins of {args.join}, {lm.spec.family}")
+    for arm in args.arms:
+        got = run_arm(lm, prompts, join=args.join, max_len=args.max_model_len, cache=arm == "cache",
+                      settings=settings, profile=args.profile)
+        report["arms"].append(got)
+        print(f"{arm:8s}: {got['joins']} joins, {got['prompt_tokens']} prompt tokens, {got['computed_tokens']} "
+              f"computed; prefills {got['prefill_s']} s ({got['ms_per_join']} ms a join), steps {got['step_s']} s; "
+              f"{got['prompt_tokens_per_prefill_s']:.0f} prompt tok/s, {got['computed_tokens_per_prefill_s']:.0f} "
+              "computed tok/s", flush=True)
+        for key in ("top_device", "top_host"):
+            if key in got:
+                print(got[key], flush=True)
+    write_json(args.out, report)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
