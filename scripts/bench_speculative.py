@@ -35,13 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--denoising-steps", type=int, default=4, help="the SDAR drafter's steps per block")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--engine", action="store_true", help="the engine's decoders (else the reference ones)")
+    p.add_argument("--max-len", type=int, default=4096, help="--engine: prompt + answer at most")
     p.add_argument("--out", help="write the figures here (JSON)")
     args = p.parse_args(argv)
 
     from textwm.data.chat_encoder import ChatEncoder
     from textwm.data.jsonl import read_jsonl, write_json
-    from textwm.generation.ar import ARDecoder
     from textwm.generation.decoders import reference_decoder
+    from textwm.generation.engine import DecodeEngine
+    from textwm.generation.engine.speculative import EngineSpeculativeDecoder
     from textwm.generation.settings import DecodeSettings
     from textwm.generation.speculative import SpeculativeDecoder
     from textwm.models.checkpoint import load_model
@@ -60,15 +63,34 @@ def main(argv: list[str] | None = None) -> int:
         out = [decoder.generate([prompt], settings)[0] for prompt in prompts]
         return out, time.perf_counter() - started
 
-    ar_answers, ar_seconds = timed(ARDecoder(verifier.model, verifier.spec))
+    def alone(lm):
+        """One model decoding alone, batch 1: the engine (warmed up) or the reference decoder."""
+        if not args.engine:
+            return reference_decoder(lm.model, lm.spec)
+        engine = DecodeEngine(lm.model, lm.spec, max_rows=1, max_len=args.max_len)
+        if engine.net.device.type == "cuda":
+            engine.warm_up(settings)
+        return engine
+
+    def hybrid(k):
+        if not args.engine:
+            return SpeculativeDecoder(verifier, drafter, draft_length=k)
+        decoder = EngineSpeculativeDecoder(verifier, drafter, draft_length=k, max_len=args.max_len,
+                                           block_length=args.block_length)
+        if decoder.net.device.type == "cuda":
+            decoder.warm_up(settings)
+        return decoder
+
+    ar_answers, ar_seconds = timed(alone(verifier))
     ar_tokens = sum(len(a.token_ids) + (a.finish_reason == "stop") for a in ar_answers)
-    _, drafter_seconds = timed(reference_decoder(drafter.model, drafter.spec))
-    print(f"{len(prompts)} prompts from {args.rows}; AR alone {ar_seconds:.1f} s ({ar_tokens} tokens), "
+    _, drafter_seconds = timed(alone(drafter))
+    print(f"{'engine' if args.engine else 'reference decoders'}; {len(prompts)} prompts from {args.rows}; "
+          f"AR alone {ar_seconds:.1f} s ({ar_tokens} tokens, {ar_tokens / ar_seconds:.1f} tok/s), "
           f"{drafter.spec.family} alone {drafter_seconds:.1f} s")
     print(f"{'draft':>5} {'equal':>6} {'tok/fwd':>7} {'kept':>6} {'seconds':>8} {'vs AR':>6}")
     results = []
     for k in args.draft_lengths:
-        decoder = SpeculativeDecoder(verifier, drafter, draft_length=k)
+        decoder = hybrid(k)
         answers, seconds = timed(decoder)
         equal = sum(a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
                     for a, b in zip(answers, ar_answers)) / max(1, len(prompts))
@@ -82,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{seconds:>8.1f} {ar_seconds / seconds:>5.2f}x", flush=True)
     if args.out:
         write_json(args.out, {"settings": vars(args), "prompts": len(prompts), "ar_seconds": round(ar_seconds, 2),
-                              "ar_tokens": ar_tokens, "drafter_family": drafter.spec.family,
+                              "ar_tokens": ar_tokens, "engine": args.engine, "drafter_family": drafter.spec.family,
                               "drafter_seconds": round(drafter_seconds, 2), "results": results})
         print(f"wrote {args.out}")
     return 0 if all(r["equal_to_ar_greedy"] == 1 for r in results) else 1

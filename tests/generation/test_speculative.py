@@ -65,3 +65,49 @@ def test_what_cannot_be_verified_losslessly_is_refused(llama, tiny_ar_dir, tmp_p
         decoder.generate([[1, 2]], DecodeSettings(temperature=0.7))
     with pytest.raises(ValueError, match="draft_length"):
         SpeculativeDecoder(ar, llama["sdar"], draft_length=0)
+
+
+# --- in the engine ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llama64(tiny_llama_dirs):
+    """The same three models in float64, so the engine's attention and the reference's agree to the last bit."""
+    out = {}
+    for family, path in tiny_llama_dirs.items():
+        lm = load_model(path, device="cpu", dtype="float32")
+        lm.model.double()
+        out[family] = lm
+    return out
+
+
+@pytest.mark.parametrize("drafter", ["sdar", "wedlm"])
+@pytest.mark.parametrize("draft_length", [1, 3, 4])
+def test_the_engine_hybrid_gives_the_verifiers_answers_in_the_reference_hybrids_rounds(llama64, drafter,
+                                                                                       draft_length):
+    """Static caches, a verifier never cut back and a drafter that keeps its context's blocks: the same answers, and
+    the same drafts kept, as the reference hybrid's."""
+    from textwm.generation.engine.speculative import EngineSpeculativeDecoder
+
+    ar, lengths = llama64["ar"], [20, 5, 20, 1, 20, 20, 20]
+    prompts = prompts_of(ar.tokenizer)
+    reference = SpeculativeDecoder(ar, llama64[drafter], draft_length=draft_length)
+    want = reference.generate(prompts, GREEDY, gen_lengths=lengths)
+    engine = EngineSpeculativeDecoder(ar, llama64[drafter], draft_length=draft_length, max_len=128)
+    got = engine.generate(prompts, GREEDY, gen_lengths=lengths)
+    assert [(g.token_ids, g.finish_reason, g.num_forwards) for g in got] == \
+        [(r.token_ids, r.finish_reason, r.num_forwards) for r in want]
+    assert (engine.stats.drafted, engine.stats.accepted, engine.stats.generated) == \
+        (reference.stats.drafted, reference.stats.accepted, reference.stats.generated)
+    assert engine.drafter.prompt_stats.hit_tokens > 0        # the drafter's context kept from round to round
+
+
+def test_the_engine_hybrid_refuses_what_it_cannot_keep(llama64):
+    from textwm.generation.engine.speculative import EngineSpeculativeDecoder
+
+    decoder = EngineSpeculativeDecoder(llama64["ar"], llama64["sdar"], max_len=32, block_length=4)
+    with pytest.raises(ValueError, match="exceeds max_len 32"):
+        decoder.generate([[5] * 30], DecodeSettings(temperature=0.0, gen_length=8))
+    with pytest.raises(ValueError, match="block_length 32 does not divide"):
+        decoder.generate([[5, 6]], DecodeSettings(temperature=0.0, gen_length=4, block_length=32))
+    with pytest.raises(ValueError, match="verifier must be an AR model"):
+        EngineSpeculativeDecoder(llama64["sdar"], llama64["ar"])

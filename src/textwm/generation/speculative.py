@@ -9,10 +9,12 @@ Every kept token is one the verifier would have chosen itself, so the answer is 
 whatever the drafter writes: the drafter decides only how many tokens each verifier forward yields (between 1
 and ``draft_length + 1``).
 
-The verifier keeps its K/V in a transformers cache that is cut back to the kept tokens after each round. The
-drafter decodes each draft from the whole context (the reference decoders keep no cache across calls), so this
-measures what the pairing gives per verifier forward; the wall time of a drafter with a cache that persists
-across rounds is the engine's to reach.
+:class:`SpeculativeRounds` is the round loop, what any pairing shares; :class:`SpeculativeDecoder` runs it on the
+reference decoders: the verifier keeps its K/V in a transformers cache that is cut back to the kept tokens after
+each round, and the drafter decodes each draft from the whole context (the reference decoders keep no cache
+across calls), so it measures what the pairing gives per verifier forward.
+:class:`~textwm.generation.engine.speculative.EngineSpeculativeDecoder` runs it on the engine's static caches and
+CUDA graphs, the drafter's context kept from round to round.
 
     decoder = SpeculativeDecoder(load_model("runs/ar/final"), load_model("runs/sdar/final"), draft_length=4)
     (answer,) = decoder.generate([prompt_ids], DecodeSettings(temperature=0, gen_length=256))
@@ -55,37 +57,38 @@ def _vocab(tokenizer: Any) -> dict[str, int]:
     return dict(tokenizer.get_vocab())
 
 
-class SpeculativeDecoder(Decoder):
-    """The AR ``verifier``'s greedy answers, drafted ``draft_length`` tokens at a time by ``drafter``.
+def check_pair(verifier: Any, drafter: Any, draft_length: int) -> None:
+    """Refuse a pairing whose answers could not be the verifier's greedy ones: a non-AR verifier, a drafter of
+    another tokenizer or other stop ids, a draft length below 1 (``verifier``, ``drafter``: loaded checkpoints)."""
+    if verifier.spec.family != "ar":
+        raise ValueError(f"the verifier must be an AR model, got a {verifier.spec.family} one")
+    if draft_length < 1:
+        raise ValueError(f"draft_length must be >= 1, got {draft_length}")
+    theirs = _vocab(drafter.tokenizer)
+    differ = [t for t, i in _vocab(verifier.tokenizer).items() if theirs.get(t) != i]
+    if differ:
+        raise ValueError(f"the drafter's tokenizer is not the verifier's ({len(differ)} of the verifier's tokens "
+                         f"have another id there or none, e.g. {differ[0]!r}): a draft must be read in the "
+                         "verifier's tokens")
+    if tuple(verifier.spec.stop_ids) != tuple(drafter.spec.stop_ids):
+        raise ValueError(f"the drafter's stop ids {list(drafter.spec.stop_ids)} are not the verifier's "
+                         f"{list(verifier.spec.stop_ids)}")
 
-    Args:
-        verifier, drafter: loaded checkpoints (:func:`~textwm.models.checkpoint.load_model`); the verifier of the
-            AR family, the drafter of any family, both of one tokenizer (every verifier token at the same id in the
-            drafter's, which may add its own, such as a mask; the same stop ids).
-        draft_length: tokens the drafter proposes per round (an SDAR drafter decodes them as one or two of its
-            blocks, by the settings' ``block_length``).
+
+class SpeculativeRounds(Decoder):
+    """The round loop over a verifier and a drafter; subclasses say how each reads and keeps its context.
+
+    A subclass implements :meth:`_start` (the verifier's prefill of a prompt: its first token's logits),
+    :meth:`_verify` (the verifier's logits after the context's last token and after each draft token),
+    :meth:`_keep` (the verifier's cache told how many draft tokens were kept) and :meth:`_propose` (the drafter's
+    greedy next tokens of a context, and the forwards it took).
     """
 
     family = "ar"
 
-    def __init__(self, verifier: Any, drafter: Any, *, draft_length: int = 4, pad_token_id: int | None = None):
-        from textwm.generation.decoders import reference_decoder
-
-        if verifier.spec.family != "ar":
-            raise ValueError(f"the verifier must be an AR model, got a {verifier.spec.family} one")
-        if draft_length < 1:
-            raise ValueError(f"draft_length must be >= 1, got {draft_length}")
-        theirs = _vocab(drafter.tokenizer)
-        differ = [t for t, i in _vocab(verifier.tokenizer).items() if theirs.get(t) != i]
-        if differ:
-            raise ValueError(f"the drafter's tokenizer is not the verifier's ({len(differ)} of the verifier's tokens "
-                             f"have another id there or none, e.g. {differ[0]!r}): a draft must be read in the "
-                             "verifier's tokens")
-        if tuple(verifier.spec.stop_ids) != tuple(drafter.spec.stop_ids):
-            raise ValueError(f"the drafter's stop ids {list(drafter.spec.stop_ids)} are not the verifier's "
-                             f"{list(verifier.spec.stop_ids)}")
+    def __init__(self, verifier: Any, drafter: Any, *, draft_length: int, pad_token_id: int | None = None):
+        check_pair(verifier, drafter, draft_length)
         super().__init__(verifier.model, verifier.spec, pad_token_id=pad_token_id)
-        self.drafter = reference_decoder(drafter.model, drafter.spec, pad_token_id=pad_token_id)
         self.draft_length = draft_length
         #: Ids the verifier can read: a drafter may add tokens of its own (the diffusion models' mask).
         self.verifier_ids = verifier.model.get_input_embeddings().num_embeddings
@@ -99,35 +102,28 @@ class SpeculativeDecoder(Decoder):
             raise ValueError("speculative decoding here is greedy and without a repetition penalty (its answers "
                              "are the verifier's greedy ones): set temperature 0 and repetition_penalty 1")
         limits = list(gen_lengths) if gen_lengths is not None else [settings.gen_length] * len(prompts)
+        if any(not p for p in prompts):
+            raise ValueError("an empty prompt: the verifier needs at least one token to continue")
         return [self._one(list(p), limit, settings) for p, limit in zip(prompts, limits)]
 
     def _one(self, prompt: list[int], limit: int, settings: DecodeSettings) -> Generation:
-        from transformers import DynamicCache
-
-        if not prompt:
-            raise ValueError("an empty prompt: the verifier needs at least one token to continue")
-        dev, stops = self.device, set(self.spec.stop_ids)
-        cache = DynamicCache()
-        # The prefill gives the first token, as an AR decoder's does; from then on the cache holds every context
+        stops = set(self.spec.stop_ids)
+        # The prefill gives the first token, as an AR decoder's does; from then on the verifier holds every context
         # token but the last, which each round feeds with its draft.
-        logits = self.model(input_ids=torch.tensor([prompt], device=dev), past_key_values=cache, use_cache=True).logits
+        first = int(self._start(prompt).argmax())
         forwards = 1
-        first = int(logits[0, -1].argmax())
         context, answer = [*prompt, first], [first] if limit > 0 else []
         while len(answer) < limit and answer[-1] not in stops:
             draft = self._draft(context, min(self.draft_length, limit - len(answer)), settings)
-            feed = torch.tensor([context[-1:] + draft], device=dev)
-            logits = self.model(input_ids=feed, past_key_values=cache, use_cache=True).logits[0]   # [1 + k, V]
+            choice = self._verify(context, draft).argmax(dim=-1).tolist()   # the verifier's token after each fed one
             forwards += 1
-            choice = logits.argmax(dim=-1).tolist()            # the verifier's token after each fed token
             kept = 0
             while kept < len(draft) and draft[kept] == choice[kept] and draft[kept] not in stops:
                 kept += 1
+            self._keep(kept, len(draft))
             new = [*draft[:kept], choice[kept]]
             self.stats.drafted += len(draft)
             self.stats.accepted += kept
-            if kept < len(draft):              # keep the K/V of context + kept draft; the bonus token is fed next
-                cache.crop(kept - len(draft))  # round (a negative crop drops that many of the newest tokens)
             context += new
             for token in new:
                 if len(answer) == limit:
@@ -142,12 +138,68 @@ class SpeculativeDecoder(Decoder):
                           num_forwards=forwards)
 
     def _draft(self, context: list[int], k: int, settings: DecodeSettings) -> list[int]:
-        """The drafter's greedy next ``k`` tokens of ``context`` (fewer where it stops: then its stop id last)."""
+        """The drafter's greedy next ``k`` tokens of ``context`` (fewer where it stops: then its stop id last), up to
+        the first the verifier cannot read."""
         draft_settings = dataclasses.replace(settings, gen_length=k, temperature=0.0, seed=None)
-        (out,) = self.drafter.generate([context], draft_settings)
+        out = self._propose(context, draft_settings)
         self.stats.drafter_forwards += out.num_forwards
         tokens = out.token_ids[:k]
         if out.finish_reason == "stop" and len(tokens) < k and self.spec.stop_ids:
             tokens.append(self.spec.stop_ids[0])
         readable = next((i for i, t in enumerate(tokens) if t >= self.verifier_ids), len(tokens))
         return tokens[:readable]
+
+    def _start(self, prompt: list[int]) -> torch.Tensor:
+        """Prefill ``prompt`` into the verifier's cache; the logits ``[V]`` after its last token."""
+        raise NotImplementedError
+
+    def _verify(self, context: list[int], draft: list[int]) -> torch.Tensor:
+        """One verifier forward of ``context``'s last token and ``draft``: logits ``[1 + len(draft), V]``."""
+        raise NotImplementedError
+
+    def _keep(self, kept: int, drafted: int) -> None:
+        """The verifier keeps the K/V of the context and the first ``kept`` of ``drafted`` draft tokens."""
+        raise NotImplementedError
+
+    def _propose(self, context: list[int], settings: DecodeSettings) -> Generation:
+        """The drafter's greedy continuation of ``context`` (``settings.gen_length`` tokens at most)."""
+        raise NotImplementedError
+
+
+class SpeculativeDecoder(SpeculativeRounds):
+    """The AR ``verifier``'s greedy answers, drafted ``draft_length`` tokens at a time by ``drafter``, on the
+    reference decoders.
+
+    Args:
+        verifier, drafter: loaded checkpoints (:func:`~textwm.models.checkpoint.load_model`); the verifier of the
+            AR family, the drafter of any family, both of one tokenizer (every verifier token at the same id in the
+            drafter's, which may add its own, such as a mask; the same stop ids).
+        draft_length: tokens the drafter proposes per round (an SDAR drafter decodes them as one or two of its
+            blocks, by the settings' ``block_length``).
+    """
+
+    def __init__(self, verifier: Any, drafter: Any, *, draft_length: int = 4, pad_token_id: int | None = None):
+        from textwm.generation.decoders import reference_decoder
+
+        super().__init__(verifier, drafter, draft_length=draft_length, pad_token_id=pad_token_id)
+        self.drafter = reference_decoder(drafter.model, drafter.spec, pad_token_id=pad_token_id)
+        self._cache: Any = None
+
+    def _start(self, prompt: list[int]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+        return self.model(input_ids=torch.tensor([prompt], device=self.device), past_key_values=self._cache,
+                          use_cache=True).logits[0, -1]
+
+    def _verify(self, context: list[int], draft: list[int]) -> torch.Tensor:
+        feed = torch.tensor([context[-1:] + draft], device=self.device)
+        return self.model(input_ids=feed, past_key_values=self._cache, use_cache=True).logits[0]
+
+    def _keep(self, kept: int, drafted: int) -> None:
+        if kept < drafted:                          # the bonus token is fed next round
+            self._cache.crop(kept - drafted)        # a negative crop drops that many of the newest tokens
+
+    def _propose(self, context: list[int], settings: DecodeSettings) -> Generation:
+        (out,) = self.drafter.generate([context], settings)
+        return out

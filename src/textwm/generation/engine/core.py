@@ -128,7 +128,7 @@ class DecodeEngine:
                                             max_blocks=prefix_cache_tokens // prefix_block_tokens,
                                             block_tokens=prefix_block_tokens)
         if cuda_graphs is None:
-            cuda_graphs = self.net.device.type == "cuda" and not _has_experts(model)
+            cuda_graphs = self.net.device.type == "cuda" and not has_experts(model)
         self.forward = GraphedForward(self.net, enabled=cuda_graphs)
         on_cuda = self.net.device.type == "cuda"
         self.blas = None if blas == "default" or not on_cuda else ("cublaslt" if blas == "auto" else blas)
@@ -367,5 +367,5 @@ def _preferred_blas(library: str | None):
         torch.backends.cuda.preferred_blas_library(before)
 
 
-def _has_experts(model: Any) -> bool:
+def has_experts(model: Any) -> bool:
     return any("experts" in name for name, _ in model.named_modules())
