@@ -111,6 +111,25 @@ def test_llama_engines_with_cuda_graphs_equal_the_reference(tiny_llama_dirs, att
            DecodeSettings(gen_length=12, temperature=0, window_size=8, entropy_threshold=4.6), attention)
 
 
+@pytest.mark.parametrize("drafter", ["sdar", "wedlm"])
+def test_the_engine_hybrid_with_cuda_graphs_equals_the_reference_hybrid(tiny_llama_dirs, drafter):
+    """Warmed up (every round shape captured first), the engine hybrid's answers and rounds are the reference
+    hybrid's, and no round captures a graph."""
+    from textwm.generation.engine.speculative import EngineSpeculativeDecoder
+    from textwm.generation.speculative import SpeculativeDecoder
+
+    ar, draft = _load(tiny_llama_dirs["ar"]), _load(tiny_llama_dirs[drafter])
+    settings = DecodeSettings(gen_length=20, temperature=0, block_length=4, denoising_steps=2)
+    prompts = _prompts(ar)
+    want = SpeculativeDecoder(ar, draft, draft_length=4).generate(prompts, settings)
+    engine = EngineSpeculativeDecoder(ar, draft, draft_length=4, max_len=128)
+    engine.warm_up(settings)
+    captured = engine.forward.num_graphs
+    got = engine.generate(prompts, settings)
+    assert [(g.token_ids, g.num_forwards) for g in got] == [(w.token_ids, w.num_forwards) for w in want]
+    assert engine.forward.num_graphs == captured > 0
+
+
 def test_the_engine_through_the_checkpoints_modules_equals_the_reference(tiny_sdar_dir, tiny_wedlm_dir):
     """The unfused layer path (MoE checkpoints take it) with CUDA graphs."""
     lm = _load(tiny_sdar_dir, untie_head)
