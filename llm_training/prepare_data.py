@@ -3,7 +3,7 @@
 Rows are ``{"messages": [...], ...extra fields}``. Works offline on local data; a hub id that
 cannot be reached fails with a clear message.
 Tiny CPU run:
-    python llm_training/prepare_data.py --source data/samples/sciworld_wm_sample.jsonl --test-size 0.1 \
+    python llm_training/prepare_data.py --source data/samples/sciworld_wm_train.jsonl --test-size 0.1 \
         --out-dir /tmp/ar_data
 Hub:
     HF_TOKEN=... python llm_training/prepare_data.py --source my-org/my-wm-data \

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Verb:
     words: tuple[str, ...]     # ("data", "build")
-    module: str                # where its ``main(argv)`` lives
+    module: str                # where its entry lives
     summary: str
+    function: str = "main"     # the entry: ``function(argv)`` (and ``prog=`` where it takes one)
 
     @property
     def name(self) -> str:
@@ -35,6 +36,10 @@ class Verb:
 VERBS: tuple[Verb, ...] = (
     Verb(("data", "build"), "textwm.envs.build",
          "real env episodes -> world-model transitions, RL task rows and SFT demos (--env alfworld|sciworld|appworld)"),
+    Verb(("data", "prepare"), "textwm.data.cli",
+         "chat JSONL -> a trainer's format (LlamaFactory rows and dataset_info.json, bare arrays, ms-swift rows)"),
+    Verb(("data", "hub"), "textwm.data.cli", "a Hugging Face dataset or local data -> train/test JSONL for ms-swift",
+         function="hub"),
     Verb(("data", "wm-prompt"), "textwm.envs.wm_prompt", "print one step's world-model query in the paper's layout"),
     Verb(("models", "pretrained"), "textwm.models.pretrained",
          "named pretrained starts made offline (SmolLM2-135M-Instruct from its PyPI wheel)"),
@@ -85,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"textwm: no verb {' '.join(argv[:2])!r}; the verbs begin with one of: {', '.join(known)} "
               "(textwm --help lists them)", file=sys.stderr)
         return 2
-    entry = importlib.import_module(verb.module).main
+    entry = getattr(importlib.import_module(verb.module), verb.function)
     # Usage lines and errors name the verb: the entry's ``prog``, or argparse's default from sys.argv[0].
     kwargs = {"prog": f"textwm {verb.name}"} if "prog" in inspect.signature(entry).parameters else {}
     saved = sys.argv[0]
