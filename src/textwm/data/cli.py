@@ -17,7 +17,6 @@ from textwm.data.jsonl import DataError, write_jsonl
 from textwm.data.sources import HubUnreachableError, holdout_split, load_split
 
 
-
 @dataclass
 class RowChecks:
     """What a malformed row does."""
