@@ -405,14 +405,15 @@ class ConfigCLI:
     """
 
     def __init__(self, cls: type, *, prog: str | None = None, description: str | None = None,
-                 epilog: str | None = None, ignored_keys: Iterable[str] = (), key_values: bool = True):
+                 epilog: str | None = None, ignored_keys: Iterable[str] = (), key_values: bool = True,
+                 allow_abbrev: bool = True):
         self.cls = cls
         self.ignored_keys = tuple(ignored_keys)
         self.key_values = key_values
         text = epilog or ("Values come from the defaults, then --config FILE.yaml (keys = the flag names with "
                           "underscores), then the command line" + (" (--flag VALUE or key=value)." if key_values
                                                                    else "."))
-        self.parser = argparse.ArgumentParser(prog=prog, description=description, epilog=text,
+        self.parser = argparse.ArgumentParser(prog=prog, description=description, epilog=text, allow_abbrev=allow_abbrev,
                                               formatter_class=argparse.RawDescriptionHelpFormatter)
         self._extra: list[str] = []
         self.leaves = leaves(cls)
@@ -446,7 +447,10 @@ class ConfigCLI:
         kwargs: dict[str, Any] = {"help": self._help(leaf), "default": argparse.SUPPRESS}
         if leaf.choices:
             kwargs["choices"] = leaf.choices
-        if leaf.default is not MISSING:
+        inner, _ = _strip_optional(leaf.type)
+        if typing.get_origin(inner) in (list, tuple) or inner in (list, tuple):   # the rest of the positionals
+            kwargs["nargs"] = "+" if leaf.default is MISSING else "*"
+        elif leaf.default is not MISSING:
             kwargs["nargs"] = "?"
         self.parser.add_argument(leaf.key, **kwargs)
 

@@ -42,7 +42,7 @@ def test_eval_fast_is_one_eval_parallel_positional_form_per_checkpoint(tmp_path)
     assert runs[0] == ["runs/a/checkpoint-10", "rows.jsonl", str(tmp_path / "eval_checkpoint-10.jsonl"), "2",
                        "--max-turns", "35", "--parallel", "32", "--paper-form", "fast"]
     assert runs[1][2] == str(tmp_path / "eval_checkpoint-20.jsonl")
-    argv, out_file = parallel.eval_argv(parallel._parser("p").parse_args(runs[0]), "alfworld")
+    argv, out_file = parallel.eval_argv(parallel.parse(runs[0]), "alfworld")
     assert out_file == tmp_path / "eval_checkpoint-10.jsonl"
     assert _value(argv, "--device") == "cuda:2" and _value(argv, "--agent-path") == "runs/a/checkpoint-10"
     assert _value(argv, "--output-dir") == str(tmp_path / "eval_checkpoint-10_eval")
@@ -62,7 +62,7 @@ def test_eval_openai_is_an_endpoint_agent_with_an_episodes_file(tmp_path, monkey
     out = tmp_path / "oai.jsonl"
     flags = eval_openai_argv(["gpt-x", "rows.jsonl", str(out), "--max-turns", "50", "--concurrency", "16",
                               "--limit", "5"])
-    argv, out_file = parallel.eval_argv(parallel._parser("p").parse_args(flags), "alfworld")
+    argv, out_file = parallel.eval_argv(parallel.parse(flags), "alfworld")
     assert out_file == out and _value(argv, "--output-dir") == str(tmp_path / "oai_eval")
     assert _value(argv, "--agent-url") == OPENAI_URL and _value(argv, "--agent-model") == "gpt-x"
     assert _value(argv, "--workers") == "16" and _value(argv, "--max-turns") == "50"

@@ -18,10 +18,11 @@ what to use instead. In each form a GPU index N means ``--device cuda:N`` (the p
 
 from __future__ import annotations
 
-import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, option
 from textwm.eval.run import MODES
 
 #: Where the paper's eval_openai.py went (the ``openai`` client's default base URL, or $OPENAI_BASE_URL).
@@ -48,28 +49,41 @@ def agent_flags(agent: str, *, agent_model: str = "", device: str | None = None,
     return ["--agent-path", agent, "--agent-batch-size", str(batch_size)] + (["--device", device] if device else [])
 
 
-def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+@dataclass
+class EvalFastConfig:
+    """The paper's eval_fast.py: each checkpoint on real ALFWorld games, greedy, one GPU (alfworld/eval_parallel.py's
+    positional form per checkpoint). Its main()'s flags and defaults (``--gpus``: 0, not "0,3")."""
+
+    checkpoints: list[str] = option(help="checkpoint folders, evaluated one after another", positional=True)
+    dataset: str = option(help="RL task rows (JSONL)")
+    gpus: str = option("0", "one GPU index (the paper's tensor-parallel list: see the error)")
+    max_turns: int = option(35, "agent turns per episode")
+    parallel: int = option(32, "episodes in flight")
+    out_dir: str = option("data", "writes eval_<checkpoint basename>.jsonl (+ its _eval/ folder)")
 
 
-def eval_fast_parser(prog: str = "alfworld/eval_fast.py") -> argparse.ArgumentParser:
-    """The flags of the paper's alfworld/eval_fast.py main(), with its defaults (``--gpus``: 0, not "0,3")."""
-    p = _parser(prog, "The paper's eval_fast.py: each checkpoint on real ALFWorld games, greedy, one GPU "
-                      "(alfworld/eval_parallel.py's positional form per checkpoint).")
-    p.add_argument("checkpoints", nargs="+", help="checkpoint folders, evaluated one after another")
-    p.add_argument("--dataset", required=True, help="RL task rows (JSONL)")
-    p.add_argument("--gpus", default="0", help="one GPU index (the paper's tensor-parallel list: see the error)")
-    p.add_argument("--max-turns", type=int, default=35, help="agent turns per episode")
-    p.add_argument("--parallel", type=int, default=32, help="episodes in flight")
-    p.add_argument("--out-dir", default="data", help="writes eval_<checkpoint basename>.jsonl (+ its _eval/ folder)")
-    return p
+@dataclass
+class EvalOpenAIConfig:
+    """The paper's eval_openai.py: an OpenAI(-compatible) chat model on real ALFWorld games (base URL
+    $OPENAI_BASE_URL or the OpenAI API's, key $OPENAI_API_KEY; Chat Completions). Its main()'s flags and defaults."""
+
+    model: str = option(help="model id, e.g. gpt-4o", positional=True)
+    dataset: str = option(help="RL task rows (JSONL)", positional=True)
+    out: str = option(help="per-row episodes (JSONL); everything else goes to OUT_eval/ beside it", positional=True)
+    max_turns: int = option(30, "agent turns per episode")
+    limit: int = option(-1, "the first N rows only (-1: all)")
+    concurrency: int = option(4, "episodes (and requests) in flight")
+
+
+def _parse(cls: type, argv: list[str], prog: str):
+    """``argv`` of a paper form as its config (abbreviated flags refused: they are the paper's exact spellings)."""
+    return ConfigCLI(cls, prog=prog, description=cls.__doc__, key_values=False, allow_abbrev=False).parse(argv)[0]
 
 
 def eval_fast_argvs(argv: list[str], prog: str = "alfworld/eval_fast.py") -> list[list[str]]:
     """One ``eval_parallel.py CKPT ROWS OUT.jsonl GPU --max-turns T --parallel P`` argv per checkpoint, OUT =
     ``<out-dir>/eval_<basename>.jsonl`` as the paper's eval_fast.py main() named it."""
-    args = eval_fast_parser(prog).parse_args(argv)
+    args = _parse(EvalFastConfig, argv, prog)
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     if len(gpus) != 1:
         raise ValueError(f"--gpus {args.gpus!r}: the paper ran vLLM tensor-parallel over these GPUs; our local "
@@ -86,22 +100,9 @@ def eval_fast_argvs(argv: list[str], prog: str = "alfworld/eval_fast.py") -> lis
             for ckpt, label in zip(args.checkpoints, labels, strict=True)]
 
 
-def eval_openai_parser(prog: str = "alfworld/eval_openai.py") -> argparse.ArgumentParser:
-    """The flags of the paper's alfworld/eval_openai.py main(), with its defaults."""
-    p = _parser(prog, "The paper's eval_openai.py: an OpenAI(-compatible) chat model on real ALFWorld games "
-                      f"(base URL $OPENAI_BASE_URL or {OPENAI_URL}, key $OPENAI_API_KEY; Chat Completions).")
-    p.add_argument("model", help="model id, e.g. gpt-4o")
-    p.add_argument("dataset", help="RL task rows (JSONL)")
-    p.add_argument("out", help="per-row episodes (JSONL); everything else goes to OUT_eval/ beside it")
-    p.add_argument("--max-turns", type=int, default=30, help="agent turns per episode")
-    p.add_argument("--limit", type=int, default=-1, help="the first N rows only (-1: all)")
-    p.add_argument("--concurrency", type=int, default=4, help="episodes (and requests) in flight")
-    return p
-
-
 def eval_openai_argv(argv: list[str], prog: str = "alfworld/eval_openai.py") -> list[str]:
     """The ``eval_parallel.py --agent URL --agent-model MODEL ...`` argv of an eval_openai.py command."""
-    args = eval_openai_parser(prog).parse_args(argv)
+    args = _parse(EvalOpenAIConfig, argv, prog)
     url = os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
     flags = ["--agent", url, "--agent-model", args.model, "--rows", args.dataset, "--episodes-file", args.out,
              "--max-turns", str(args.max_turns), "--parallel", str(args.concurrency), "--paper-form", "openai"]

@@ -16,38 +16,48 @@ eval_openai.py and eval_sciworld.py).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.config import ConfigCLI, option
+from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.eval import run as eval_run
 from textwm.eval.paper_forms import agent_flags, device_of, episodes_dir
+from textwm.eval.paper_outputs import alfworld_report, alfworld_rows
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("positional", nargs="*", help="the paper's form: CKPT ROWS OUT.jsonl GPU")
-    p.add_argument("--agent", default="", help="expert | OpenAI-compatible URL | local checkpoint folder")
-    p.add_argument("--agent-model", default="", help="model id at an agent URL (default: the first listed)")
-    p.add_argument("--rows", default="", help="RL task rows (JSONL)")
-    p.add_argument("--output-dir", default="", help="where episodes.jsonl and summary.json go")
-    p.add_argument("--episodes-file", default="", help="also write the per-row episodes here (the paper's OUT.jsonl; "
-                                                       "default --output-dir: OUT_eval/ beside it)")
-    p.add_argument("--paper-form", default="parallel", choices=("parallel", "fast", "openai"),
-                   help="fields of the paper's OUT.jsonl rows: those of its eval_parallel.py, eval_fast.py or "
-                        "eval_openai.py (textwm.eval.paper_outputs)")
-    p.add_argument("--parallel", type=int, default=8, help="episodes in flight (one real env process each)")
-    p.add_argument("--max-turns", type=int, default=50, help="agent turns per episode")
-    p.add_argument("--limit", type=int, default=-1, help="the first N rows only (-1: all)")
-    p.add_argument("--temperature", type=float, default=0.0, help="agent sampling temperature")
-    return p
+@dataclass
+class EvalParallelConfig:
+    """Any agent on the real env, many episodes in parallel, one line per row."""
+
+    positional: list[str] = option(help="the paper's form: CKPT ROWS OUT.jsonl GPU", positional=True,
+                                   default_factory=list)
+    agent: str = option("", "expert | OpenAI-compatible URL | local checkpoint folder")
+    agent_model: str = option("", "model id at an agent URL (default: the first listed)")
+    rows: str = option("", "RL task rows (JSONL)")
+    output_dir: str = option("", "where episodes.jsonl and summary.json go")
+    episodes_file: str = option("", "also write the per-row episodes here (the paper's OUT.jsonl; default "
+                                    "--output-dir: OUT_eval/ beside it)")
+    paper_form: str = option("parallel", "fields of the paper's OUT.jsonl rows: those of its eval_parallel.py, "
+                                         "eval_fast.py or eval_openai.py (textwm.eval.paper_outputs)",
+                             choices=("parallel", "fast", "openai"))
+    parallel: int = option(8, "episodes in flight (one real env process each)")
+    max_turns: int = option(50, "agent turns per episode")
+    limit: int = option(-1, "the first N rows only (-1: all)")
+    temperature: float = option(0.0, "agent sampling temperature")
 
 
-def eval_argv(args: argparse.Namespace, env: str) -> tuple[list[str], Path | None]:
+def parse(argv: list[str], prog: str = "eval_parallel.py") -> EvalParallelConfig:
+    """``argv`` as an :class:`EvalParallelConfig` (a bad value: ConfigError; bad syntax: SystemExit 2)."""
+    return ConfigCLI(EvalParallelConfig, prog=prog, description=EvalParallelConfig.__doc__,
+                     key_values=False).parse(argv)[0]
+
+
+def eval_argv(args: EvalParallelConfig, env: str) -> tuple[list[str], Path | None]:
     """The ``python -m textwm.eval`` arguments of an ``eval_parallel`` command, and the paper form's OUT.jsonl."""
-    episodes_file = getattr(args, "episodes_file", "")  # a Namespace built by hand may predate the flag
-    out_file = Path(episodes_file) if episodes_file else None
+    out_file = Path(args.episodes_file) if args.episodes_file else None
     agent, rows, device = args.agent, args.rows, None
     output_dir = args.output_dir or (str(episodes_dir(out_file)) if out_file else "")
     if args.positional:
@@ -82,11 +92,11 @@ def summary_of(real: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None, *, env: str, prog: str | None = None) -> int:
-    from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
-    from textwm.eval import run as eval_run
-
-    args = _parser(prog or f"{env}/eval_parallel.py").parse_args(sys.argv[1:] if argv is None else argv)
-    flags, out_file = eval_argv(args, env)
+    parsed = ConfigCLI(EvalParallelConfig, prog=prog or f"{env}/eval_parallel.py",
+                       description=EvalParallelConfig.__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    flags, out_file = eval_argv(parsed[0], env)
     code = eval_run.main(flags, prog=prog)
     if code != 0:
         return code
@@ -97,9 +107,7 @@ def main(argv: list[str] | None = None, *, env: str, prog: str | None = None) ->
     summary = summary_of(json.loads((out / "summary_real.json").read_text()))
     write_json(out / "summary.json", summary)
     if out_file is not None:  # the paper's rows and closing lines (ours stay in episodes.jsonl)
-        from textwm.eval.paper_outputs import alfworld_report, alfworld_rows
-
-        paper = alfworld_rows(records, read_jsonl(flags[flags.index("--rows") + 1]).rows, args.paper_form)
+        paper = alfworld_rows(records, read_jsonl(flags[flags.index("--rows") + 1]).rows, parsed[0].paper_form)
         write_jsonl(out_file, paper)
         print(f"{alfworld_report(paper)}\nresults -> {out_file}")
     print(f"{summary['successes']}/{summary['episodes']} = {summary['success_rate']:.3f} -> {out}/summary.json")

@@ -4,18 +4,16 @@ through eval_parallel.py; the paper's positional command line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 
 import pytest
 
-from textwm.eval.parallel import eval_argv
+from textwm.eval.parallel import eval_argv, parse
 
 
 def test_the_papers_positional_form_maps_to_the_eval_flags(tmp_path):
-    args = argparse.Namespace(positional=["ckpt", "rows.jsonl", str(tmp_path / "out.jsonl"), "3"], agent="", rows="",
-                              output_dir="", parallel=32, max_turns=50, limit=-1, temperature=0.0, agent_model="")
+    args = parse(["ckpt", "rows.jsonl", str(tmp_path / "out.jsonl"), "3", "--parallel", "32"])
     argv, out_file = eval_argv(args, "alfworld")
     assert out_file == tmp_path / "out.jsonl"
     assert argv[:3] == ["--env", "alfworld", "agent-real"] and "--agent-path" in argv
