@@ -19,13 +19,14 @@ builder takes, keyed by its parameter names:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.config import ConfigCLI, option
 from textwm.data.wm_message import wm_user_message
 
 
@@ -85,13 +86,19 @@ def step_messages(env: str, fmt: str, step: Mapping[str, Any]) -> list[dict[str,
     return build(step)
 
 
+@dataclass
+class WMPromptConfig:
+    env: str = option(help="the env whose layout to build", choices=sorted({e for e, _ in LAYOUTS}))
+    format: str = option(help="the layout", choices=("paper",))
+    step: str = option(help="a JSON file with the builder's inputs (above)")
+
+
 def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.envs.wm_prompt") -> int:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", required=True, choices=sorted({e for e, _ in LAYOUTS}))
-    p.add_argument("--format", required=True, choices=("paper",), help="the layout")
-    p.add_argument("--step", required=True, help="a JSON file with the builder's inputs (above)")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(WMPromptConfig, prog=prog, description=__doc__.split("\n\n")[0],
+                       epilog=__doc__.split("\n\n", 2)[2], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     try:
         step = json.loads(Path(args.step).read_text())
         if not isinstance(step, dict):

@@ -10,11 +10,12 @@ GRPO would use (:mod:`textwm.rl.swift_adapters`: ``ours`` is :meth:`EnvSpec.rewa
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
+from textwm.config import ConfigCLI, option
 from textwm.envs.contract import EnvSpec
 from textwm.envs.registry import env_names, get_env
 
@@ -30,12 +31,21 @@ def reward_table(spec: EnvSpec, rule: str = "ours") -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m textwm.rl.rewards", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", required=True, choices=env_names())
-    parser.add_argument("--reward", default="ours", choices=("ours", "paper"))
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    args = parser.parse_args(argv)
+@dataclass
+class RewardTableConfig:
+    """The reward of each kind of episode ending, by an env's reward rule."""
+
+    env: str = option(help="the env", choices=env_names())
+    reward: str = option("ours", "the reward rule", choices=("ours", "paper"))
+    json: bool = option(False, "print the rows as JSON")
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m textwm.rl.rewards") -> int:
+    parsed = ConfigCLI(RewardTableConfig, prog=prog, description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     spec = get_env(args.env)
     if args.reward == "paper" and not spec.has_paper_reward:
         print(f"error: the paper's reward rule is not written for {args.env} yet", file=sys.stderr)

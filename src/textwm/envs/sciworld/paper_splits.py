@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import write_jsonl
 
 log = logging.getLogger(__name__)
@@ -157,24 +160,31 @@ def write_splits(out_dir: str | Path, *, variant: str = "full", tasks: Iterable[
     return written
 
 
+@dataclass
+class PaperSplitsConfig:
+    """The paper's ScienceWorld RL and test splits, written from the real env (its split rule and row format)."""
+
+    out_dir: str | None = option(None, "where the two files go (default: the script's own folder)")
+    tasks: list[str] | None = option(None, "only these task names (default: all)")
+    max_turns: int = option(PAPER_MAX_TURNS, "max_turns column of the rows")
+
+
 def main(argv: list[str] | None = None, *, variant: str = "full", prog: str | None = None,
          default_out_dir: str = ".") -> int:
     """The command line of ``sciworld/data/create_sciworld_splits[_lfm].py``."""
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog=prog, description=f"Write {' and '.join(FILE_NAMES[variant])} from the real "
-                                                       "ScienceWorld env (the paper's split rule and row format).")
-    p.add_argument("--out-dir", default=default_out_dir, help="where the two files go")
-    p.add_argument("--tasks", nargs="*", default=None, help="only these task names (default: all)")
-    p.add_argument("--max-turns", type=int, default=PAPER_MAX_TURNS, help="max_turns column of the rows")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(PaperSplitsConfig, prog=prog, key_values=False,
+                       description=f"Write {' and '.join(FILE_NAMES[variant])} from the real ScienceWorld env (the "
+                                   "paper's split rule and row format).").parse_or_report(argv)
+    if parsed is None:
+        return 2
+    c = parsed[0]
+    out_dir = c.out_dir or default_out_dir
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        written = write_splits(args.out_dir, variant=variant, tasks=args.tasks, max_turns=args.max_turns)
+        written = write_splits(out_dir, variant=variant, tasks=c.tasks or None, max_turns=c.max_turns)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rl, test = (written[name] for name in FILE_NAMES[variant])
-    print(f"Created {len(rl)} RL tasks and {len(test)} test tasks -> {args.out_dir}")
+    print(f"Created {len(rl)} RL tasks and {len(test)} test tasks -> {out_dir}")
     return 0

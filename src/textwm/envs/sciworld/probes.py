@@ -19,7 +19,6 @@ writes ``probes.jsonl`` (one record per row) and ``probes.json`` (the rates) in 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import zlib
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm.clients.wm import WMClient, WMError
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 
 #: The actions the gold walk ends before (a focus ends a lifespan task).
@@ -209,15 +209,24 @@ def _in_parallel(envs: Sequence[Any], jobs: Sequence[Callable[[Any], Any]]) -> l
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m textwm.envs.sciworld.probes", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", required=True, help="ScienceWorld RL task rows of lifespan tasks (rl_test.jsonl)")
-    p.add_argument("--wm-endpoint", required=True, help="the world model's proxy or server (/predict)")
-    p.add_argument("--out", required=True, help="writes probes.jsonl and probes.json here")
-    p.add_argument("--limit", type=int, help="the first N rows")
-    p.add_argument("--max-tokens", type=int, default=256, help="the world model's tokens per answer")
-    p.add_argument("--workers", type=int, default=4, help="real envs (JVMs) probing at once")
-    args = p.parse_args(argv)
+@dataclass
+class ProbesConfig:
+    """Lifespan probes of a ScienceWorld world model against the real env."""
+
+    rows: str = option(help="ScienceWorld RL task rows of lifespan tasks (rl_test.jsonl)")
+    wm_endpoint: str = option(help="the world model's proxy or server (/predict)")
+    out: str = option(help="writes probes.jsonl and probes.json here")
+    limit: int | None = option(None, "the first N rows")
+    max_tokens: int = option(256, "the world model's tokens per answer")
+    workers: int = option(4, "real envs (JVMs) probing at once")
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m textwm.envs.sciworld.probes") -> int:
+    parsed = ConfigCLI(ProbesConfig, prog=prog, description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     rows = read_jsonl(args.rows).rows
     try:
         summary = run_probes(rows, WMClient(args.wm_endpoint, max_tokens=args.max_tokens), Path(args.out),
