@@ -79,3 +79,14 @@ def test_yaml_errors_name_the_file(tmp_path):
         load(Outer)
     with pytest.raises(SystemExit):        # argparse: a choice that does not exist
         parse("c")
+
+
+def test_take_flags_pulls_another_tools_flags_out_and_keeps_the_rest_in_order():
+    from textwm.config import ConfigError, take_flags
+
+    found, rest = take_flags(["--split", "a", "--shuffle", "--out=x.jsonl", "--split", "b", "--seed", "1"],
+                             ("--out", "--split", "--limit"))
+    assert found == {"split": "b", "out": "x.jsonl"} and rest == ["--shuffle", "--seed", "1"]
+    assert take_flags(["--lim", "3"], ("--limit",)) == ({}, ["--lim", "3"])    # spelled exactly: no abbreviations
+    with pytest.raises(ConfigError, match="--limit needs a value"):
+        take_flags(["--limit"], ("--limit",))

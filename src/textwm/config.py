@@ -520,6 +520,29 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def take_flags(argv: Sequence[str], flags: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """The values of ``flags`` (``--flag VALUE`` or ``--flag=VALUE``, spelled exactly; the last one wins) out of
+    ``argv``, and the rest of it in order: for command lines of another tool's spelling that are mapped onto a
+    config's before it is parsed. A flag without its value raises ConfigError."""
+    wanted, found, rest = set(flags), {}, []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        token = args[i]
+        name, eq, value = token.partition("=")
+        if name in wanted and eq:
+            found[name.lstrip("-").replace("-", "_")] = value
+        elif token in wanted:
+            if i + 1 >= len(args):
+                raise ConfigError("needs a value", key=token)
+            found[token.lstrip("-").replace("-", "_")] = args[i + 1]
+            i += 1
+        else:
+            rest.append(token)
+        i += 1
+    return found, rest
+
+
 # --- writing a config back -------------------------------------------------------------------------
 
 

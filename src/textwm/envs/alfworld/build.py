@@ -21,7 +21,6 @@ The expert episode also gives the RL task row (the paper's columns + ``task_id``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -30,9 +29,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from textwm.config import option
+from textwm.config import option, take_flags
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.alfworld import agent, paper_prompt
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
@@ -287,10 +287,9 @@ def paper_argv(argv: list[str], *, kind: str) -> tuple[list[str], Path | None, s
     The paper's build_sft_expert.py main() always plays train games shuffled with seed 7, so there ``--out`` or
     ``--limit`` without ``--split`` means ``--split train --shuffle``. ValueError naming a flag we cannot take.
     """
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for flag in ("--out", "--out-dir", "--split", "--limit", "--shard-id", "--num-shards"):
-        p.add_argument(flag)
-    known, rest = p.parse_known_args(argv)
+    found, rest = take_flags(argv, ("--out", "--out-dir", "--split", "--limit", "--shard-id", "--num-shards"))
+    known = SimpleNamespace(**{name: found.get(name) for name in ("out", "out_dir", "split", "limit", "shard_id",
+                                                                  "num_shards")})
     if known.shard_id is not None or known.num_shards is not None:
         raise ValueError("--shard-id/--num-shards are the paper's internal worker flags: use --workers N "
                          "(worker processes, one real env each)")

@@ -14,7 +14,6 @@ runner's ``specs`` op::
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import json
@@ -25,9 +24,11 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.config import ConfigCLI, option
 from textwm.envs.protocol import EnvFailed
 
 log = logging.getLogger(__name__)
@@ -193,13 +194,18 @@ def read_api_specs(path: str | Path = API_SPECS) -> list[dict[str, Any]]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m textwm.envs.appworld.apps_python", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default="", help="AppWorld's interpreter (default: see above)")
-    parser.add_argument("--write-specs", metavar="PATH", help="write api_specs.json to PATH")
-    parser.add_argument("--create-venv", metavar="DIR", help="create an AppWorld venv at DIR")
-    args = parser.parse_args(argv)
+@dataclass
+class AppsPythonConfig:
+    python: str = option("", "AppWorld's interpreter (default: see above)")
+    write_specs: str = option("", "write api_specs.json to this path", metavar="PATH")
+    create_venv: str = option("", "create an AppWorld venv at this folder", metavar="DIR")
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m textwm.envs.appworld.apps_python") -> int:
+    parsed = ConfigCLI(AppsPythonConfig, prog=prog, description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if args.create_venv:
         log.info("AppWorld interpreter: %s", create_appworld_venv(args.create_venv))
