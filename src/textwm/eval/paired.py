@@ -17,8 +17,6 @@ them: a comparison over different tasks is not paired.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
 import sys
@@ -27,7 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.data.jsonl import DataError, read_jsonl
+from textwm.config import ConfigCLI, option
+from textwm.data.jsonl import DataError, read_jsonl, write_json
 from textwm.envs.episode import FAILURE_REASONS
 from textwm.eval.episodes import fmt_ci, wilson_interval
 
@@ -163,14 +162,21 @@ def load_episodes(path: str | Path) -> list[dict[str, Any]]:
     return read_jsonl(p).rows
 
 
+@dataclass
+class PairedConfig:
+    before: str = option(help="episodes_real.jsonl (or its folder) of the first run")
+    after: str = option(help="episodes_real.jsonl (or its folder) of the second run")
+    out: str = option("", "write the comparison as JSON here")
+    resamples: int = option(RESAMPLES, "bootstrap resamples of the difference's interval")
+    seed: int = option(0, "the bootstrap's seed")
+
+
 def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.eval.paired") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="episodes_real.jsonl (or its folder) of the first run")
-    parser.add_argument("--after", required=True, help="episodes_real.jsonl (or its folder) of the second run")
-    parser.add_argument("--out", type=Path, help="write the comparison as JSON here")
-    parser.add_argument("--resamples", type=int, default=RESAMPLES)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    parsed = ConfigCLI(PairedConfig, prog=prog, description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     try:
         result = compare(load_episodes(args.before), load_episodes(args.after), resamples=args.resamples,
                          seed=args.seed)
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.eval.pa
         return 2
     print(result.markdown())
     if args.out:
-        args.out.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        write_json(args.out, result.to_dict())
     return 0
 
 
