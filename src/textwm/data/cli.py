@@ -65,7 +65,7 @@ class HubDataConfig:
                                    "0.05)")
     seed: int = option(0, "seed of the --test-size hold-out")
     out_dir: str = option("./data", "writes train.jsonl (and test.jsonl) here")
-    no_token: bool = option(False, "do not send $HF_TOKEN (public datasets)")
+    token: bool = option(True, "send $HF_TOKEN to the hub (--no-token: never, for public datasets)")
     checks: RowChecks = option(help="malformed rows", default_factory=RowChecks)
 
     def __post_init__(self) -> None:
@@ -105,7 +105,7 @@ def hub_main(argv: list[str] | None = None, *, prog: str | None = None, descript
     c = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
-    token = False if c.no_token else None  # False: never send a token
+    token = None if c.token else False  # False: never send a token
 
     def load(split: str, configs: list) -> list:
         rows = []

@@ -8,16 +8,15 @@ generated, ground_truth}`` — that :mod:`textwm.metrics.scorer` reads. Failed r
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from textwm.clients.openai import ChatClient, complete_all, resolve_model_id
 from textwm.clients.retry import RetryPolicy
+from textwm.config import option
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import plain_messages, split_prompt_target, validate_target_row
 
@@ -70,6 +69,21 @@ async def _generate(prompts: list[list[dict]], config: ApiGenerationConfig, *, d
     return texts, model
 
 
+@dataclass
+class ApiFlags:
+    """The flags of generation through an OpenAI-compatible endpoint (the scorer's ``--api-url`` and its company)."""
+
+    api_url: str = option("", "e.g. http://localhost:8000/v1/chat/completions (or the server's base URL)")
+    model: str | None = option(None, "model id (default: the first one the server lists under /v1/models)")
+    api_key: str | None = option(None, "bearer token", env="OPENAI_API_KEY", secret=True)
+    data_dir: str = option("./data", "folder with <name>.jsonl chat rows")
+    max_tokens: int = option(2048, "tokens per answer at most")
+    temperature: float = option(0.0, "sampling temperature")
+    concurrency: int = option(32, "requests in flight at most", aliases=("--max-workers",))
+    max_retries: int = option(3, "retries of a transient failure")
+    timeout: float = option(120.0, "seconds per request")
+
+
 class ApiPredictions:
     """The scorer's prediction source for ``--api-url``: generates ``<data-dir>/<name>.jsonl``'s predictions from an
     OpenAI-compatible endpoint into the scorer's input folder first (``llm_training/evaluate.py``;
@@ -78,29 +92,18 @@ class ApiPredictions:
     description = """With --api-url, first generates predictions for <data-dir>/<name>.jsonl (chat rows; the
 last message is the reference) from an OpenAI-compatible /v1/chat/completions endpoint into
 <output-dir>/<name>_outputs.jsonl, then scores them."""
+    config_class = ApiFlags
+    trigger = "api_url"
     #: Flags that only shape the requests (--api-key left out: its default comes from the environment).
     flags = ("model", "data_dir", "max_tokens", "temperature", "concurrency", "max_retries", "timeout")
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        g = parser.add_argument_group("generation through an OpenAI-compatible endpoint")
-        g.add_argument("--api-url", help="e.g. http://localhost:8000/v1/chat/completions (or the server's base URL)")
-        g.add_argument("--model", help="model id (default: the first one the server lists under /v1/models)")
-        g.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
-                       help="bearer token (default: $OPENAI_API_KEY)")
-        g.add_argument("--data-dir", default="./data", help="folder with <name>.jsonl chat rows (default: %(default)s)")
-        g.add_argument("--max-tokens", type=int, default=2048)
-        g.add_argument("--temperature", type=float, default=0.0)
-        g.add_argument("--concurrency", "--max-workers", dest="concurrency", type=int, default=32,
-                       help="requests in flight at most (default: %(default)s)")
-        g.add_argument("--max-retries", type=int, default=3, help="retries of a transient failure (default: %(default)s)")
-        g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default: %(default)s)")
-
-    def __call__(self, args: argparse.Namespace) -> None:
-        config = ApiGenerationConfig(api_url=args.api_url, model=args.model, api_key=args.api_key,
-                                     max_tokens=args.max_tokens, temperature=args.temperature,
-                                     concurrency=args.concurrency, max_retries=args.max_retries,
-                                     timeout_s=args.timeout)
-        for name in args.datasets:
-            out = Path(args.input_dir) / args.file_pattern.format(name=name)
-            rep = generate_file(name, Path(args.data_dir) / f"{name}.jsonl", out, config)
+    def __call__(self, flags: ApiFlags, score: Any) -> None:
+        """Write ``score.datasets``' prediction files into ``score.input_dir`` (``score``: the scorer's config)."""
+        config = ApiGenerationConfig(api_url=flags.api_url, model=flags.model, api_key=flags.api_key,
+                                     max_tokens=flags.max_tokens, temperature=flags.temperature,
+                                     concurrency=flags.concurrency, max_retries=flags.max_retries,
+                                     timeout_s=flags.timeout)
+        for name in score.datasets:
+            out = Path(score.input_dir) / score.file_pattern.format(name=name)
+            rep = generate_file(name, Path(flags.data_dir) / f"{name}.jsonl", out, config)
             print(f"{name}: {rep.rows} predictions from {rep.model} -> {rep.output} ({rep.failed} failed requests)")
