@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(textwm --help lists them)", file=sys.stderr)
         return 2
     entry = getattr(importlib.import_module(verb.module), verb.function)
-    # Usage lines and errors name the verb: the entry's ``prog``, or argparse's default from sys.argv[0].
+    # Usage lines and errors name the verb: the entry's ``prog``, or the parser's default from sys.argv[0].
     kwargs = {"prog": f"textwm {verb.name}"} if "prog" in inspect.signature(entry).parameters else {}
     saved = sys.argv[0]
     sys.argv[0] = f"textwm {verb.name}"

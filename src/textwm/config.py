@@ -467,6 +467,16 @@ class ConfigCLI:
 
     def parse(self, argv: Sequence[str] | None = None) -> tuple[Any, argparse.Namespace]:
         """The config and the non-config arguments. Raises ConfigError (argparse itself exits 2 on bad syntax)."""
+        resolver, extra = self._resolve(argv)
+        return resolver.build(), extra
+
+    def parse_given(self, argv: Sequence[str] | None = None) -> tuple[dict[str, Any], argparse.Namespace]:
+        """The values given (flags, ``--config``, ``key=value``, environment), checked and typed, by leaf key, without
+        the defaults: for configs whose defaults depend on what was given (a ``create(**given)`` of presets)."""
+        resolver, extra = self._resolve(argv)
+        return {key: value for key, (value, _) in resolver.values.items()}, extra
+
+    def _resolve(self, argv: Sequence[str] | None) -> tuple[_Resolver, argparse.Namespace]:
         exit_on_sigterm()
         argv, overrides = self._split_overrides(list(sys.argv[1:] if argv is None else argv))
         args = self.parser.parse_intermixed_args(argv)
@@ -479,8 +489,7 @@ class ConfigCLI:
             if hasattr(args, leaf.key):
                 source = leaf.key if leaf.positional else leaf.flags[0]
                 resolver.set(leaf.key, getattr(args, leaf.key), source)
-        extra = argparse.Namespace(**{k: getattr(args, k) for k in self._extra})
-        return resolver.build(), extra
+        return resolver, argparse.Namespace(**{k: getattr(args, k) for k in self._extra})
 
     def parse_or_report(self, argv: Sequence[str] | None = None) -> tuple[Any, argparse.Namespace] | None:
         """:meth:`parse`, or None after printing ``error: <the ConfigError>`` (the caller exits with 2)."""

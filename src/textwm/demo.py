@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from textwm.config import option
 from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
 from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
@@ -46,49 +47,58 @@ DEMO_PROMPT_STYLES = ("compact", "full", "paper")
 
 @dataclass(frozen=True)
 class DemoConfig:
-    out: str = "runs/demo"
-    smoke: bool = False
+    out: str = option("runs/demo", "run folder; a re-run skips finished stages")
+    smoke: bool = option(False, "an even smaller setting (CI, a few minutes)")
     #: The env of the whole run (a registered env whose dataset builder has ``demo_config``).
-    env: str = "sciworld"
+    env: str = option("sciworld", "the env of the whole run (one whose dataset builder has a demo)")
     #: Task families (empty: the env builder's demo default).
-    tasks: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = option((), "task types (default: the env's demo set; ScienceWorld: boil melt "
+                                        "find-living-thing test-conductivity; ALFWorld: all six; AppWorld: "
+                                        "all seven question kinds)")
     #: Task types of the agent stages (SFT, GRPO, evaluation; empty: every type of the data). The world models
     #: learn every type; a tiny agent finishes only short tasks within ``agent_turns`` (``create`` takes the env
     #: builder's ``small_agent_tasks``: ScienceWorld's lifespan pair, 1-7 gold actions, where boil takes 25-50).
-    agent_tasks: tuple[str, ...] = ()
+    agent_tasks: tuple[str, ...] = option((), "task types of the agent stages, among --tasks; none: every "
+                                              "type of the data (default: the env's small-agent set)")
     #: World-model families trained side by side; the GRPO stage serves the SDAR one.
-    families: tuple[str, ...] = ("ar", "sdar")
-    train_variations: int = 3
-    test_variations: int = 1
-    explore_steps: int = 12
+    families: tuple[str, ...] = option(("ar", "sdar"), "world-model families trained side by side, sdar "
+                                                       "included (the GRPO stage serves it)")
+    train_variations: int = option(3, "train variations per task")
+    test_variations: int = option(1, "held-out variations per task")
+    explore_steps: int = option(12, "exploration steps per episode beyond the gold run")
     #: The WM prompt layout: ``compact`` (tiny models learn it in CPU minutes; ALFWorld and AppWorld: their own
     #: layout), ``full`` (ScienceWorld's full sections, which need far more steps) or ``paper`` (every env: the
     #: paper's query, byte for byte; the simulator then queries in it too).
-    prompt_style: str = "compact"
-    size: str = "tiny"
-    vocab_size: int = 1024
-    train_steps: int = 1200
-    batch_size: int = 8
-    learning_rate: float = 3e-3
-    cutoff_len: int = 2048
-    eval_rows: int = 120
-    gen_length: int = 48
-    denoising_steps: int = 2
+    prompt_style: str = option("compact", "WM prompt layout: compact (ALFWorld, AppWorld: their own), full "
+                                          "(ScienceWorld's full sections) or paper (the paper's query, "
+                                          "every env)")
+    size: str = option("tiny", "model size: tiny, small, ...")
+    vocab_size: int = option(1024, "the tokenizer trained on the rows")
+    train_steps: int = option(1200, "world-model training steps")
+    batch_size: int = option(8, "training batch")
+    learning_rate: float = option(3e-3, "world-model learning rate")
+    cutoff_len: int = option(2048, "longest world-model training row in tokens; longer ones are dropped, "
+                                   "counted (the paper's layout: 4096)")
+    eval_rows: int = option(120, "held-out transitions scored")
+    gen_length: int = option(48, "tokens per decoded answer at most")
+    denoising_steps: int = option(2, "SDAR's denoising steps per block")
     #: Steps of the agent's SFT on the gold demos before GRPO (0: GRPO from the agent's start as it is).
-    agent_sft_steps: int = 150
+    agent_sft_steps: int = option(150, "the agent's SFT steps on the gold demos before GRPO (0: GRPO from "
+                                       "its start as it is)")
     #: The agent's start: a pretrained start's name (``python -m textwm.models.pretrained --list``) or an AR
     #: checkpoint; empty: a tiny random model of ``size`` whose tokenizer is trained on the agent's rows.
-    agent_init: str = ""
+    agent_init: str = option("", "the agent's start: a pretrained start's name (textwm models pretrained "
+                                 "--list) or an AR checkpoint (default: a tiny random agent)")
     #: The agent SFT's learning rate (a tiny random agent learns at 3e-3; a pretrained one wants ~1e-4 or less).
-    agent_learning_rate: float = 3e-3
-    grpo_steps: int = 3
-    grpo_turns: int = 4
-    agent_episodes: int = 6
-    agent_turns: int = 8
-    workers: int = 2
-    wm_port: int = 30101
-    proxy_port: int = 30100
-    seed: int = 0
+    agent_learning_rate: float = option(3e-3, "the agent SFT's learning rate")
+    grpo_steps: int = option(3, "GRPO steps")
+    grpo_turns: int = option(4, "agent turns per GRPO rollout")
+    agent_episodes: int = option(6, "agent episodes per evaluation")
+    agent_turns: int = option(8, "turns per agent episode")
+    workers: int = option(2, "real env worker processes")
+    wm_port: int = option(30101, "WM server port")
+    proxy_port: int = option(30100, "WM proxy port")
+    seed: int = option(0, "seed of data, training and sampling")
 
     def __post_init__(self) -> None:
         builder = get_env(self.env).dataset_builder()

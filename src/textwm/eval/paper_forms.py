@@ -131,7 +131,7 @@ def sciworld_argv(argv: list[str]) -> list[str]:
 
 
 def _last(argv: list[str], flag: str) -> str | None:
-    """The value of the last ``flag VALUE`` in ``argv`` (argparse keeps the last), or None."""
+    """The value of the last ``flag VALUE`` in ``argv`` (the last one wins, as on a command line), or None."""
     hits = [i for i, a in enumerate(argv) if a == flag and i + 1 < len(argv)]
     return argv[hits[-1] + 1] if hits else None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from textwm.config import option
 from textwm.experiments.common import FAMILIES, RANDOM_INIT_REGIMES, REGIMES
 
 #: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
@@ -26,99 +27,108 @@ EPOCH_SETTINGS = ("max_epochs", "patience")
 STAGE2_STEPS = ("agent/", "fidelity/", "probes/", "grpo/", "calibration/")
 @dataclass(frozen=True)
 class ComparisonConfig:
-    out: str = "runs/wm_comparison"
-    #: The env whose WM rows are used (its demo dataset when ``data_dir`` is empty).
-    env: str = "sciworld"
-    #: A folder with ``wm_train.jsonl`` and ``wm_test.jsonl`` (e.g. ``sciworld/build_wm_dataset.py --out-dir``).
-    data_dir: str = ""
-    smoke: bool = False
-    families: tuple[str, ...] = FAMILIES
-    regimes: tuple[str, ...] = RANDOM_INIT_REGIMES
-    #: The pretrained regime's start: a pretrained start's name (textwm.models.pretrained) or an AR checkpoint.
-    init: str = ""
-    #: Pretrained regime: epochs at most, and epochs without a better held-out loss before an arm stops.
-    max_epochs: int = 8
-    patience: int = 1
+    out: str = option("runs/wm_comparison", "run folder; a re-run resumes it")
+    env: str = option("sciworld", "env of the demo dataset (used when --data-dir is empty)")
+    data_dir: str = option("", "folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo "
+                               "dataset)")
+    smoke: bool = option(False, "tiny models, the env's smallest demo data (CPU, CI)")
+    families: tuple[str, ...] = option(FAMILIES, "world-model families compared")
+    regimes: tuple[str, ...] = option(RANDOM_INIT_REGIMES, "scratch, convert (SDAR/WeDLM from an AR head "
+                                                           "start), or pretrained (with --init)")
+    init: str = option("", "the pretrained regime's start: a pretrained start's name (textwm models "
+                           "pretrained --list) or an AR checkpoint folder")
+    max_epochs: int = option(8, "pretrained regime: epochs at most")
+    patience: int = option(1, "pretrained regime: epochs without a better held-out loss before an arm stops")
     #: Pretrained regime: SDAR's greedy decodings at each of these denoising steps per block (4 = one token a step).
-    sdar_denoising_steps: tuple[int, ...] = (4, 1)
-    #: Pretrained regime: the best epoch sampled at each temperature (``samples`` decodings per prompt).
-    temperatures: tuple[float, ...] = (0.3, 0.7, 1.0)
-    #: Bootstrap resamples of the held-out rows for the 95% intervals on the scores (0: none).
-    bootstrap: int = 1000
+    sdar_denoising_steps: tuple[int, ...] = option((4, 1), "pretrained regime: SDAR's greedy decodings at "
+                                                           "each of these denoising steps per block")
+    temperatures: tuple[float, ...] = option((0.3, 0.7, 1.0), "pretrained regime: the best epoch sampled at "
+                                                              "each temperature")
+    bootstrap: int = option(1000, "bootstrap resamples of the held-out rows for the 95% intervals on the "
+                                  "scores (0: none)")
     # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
     # trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
-    size: str = "qwen3-0.6b"
-    vocab_size: int = 4096
-    steps: int = 1000
-    head_start: float = 0.5
-    batch_size: int = 8
-    learning_rate: float = 3e-4
-    cutoff_len: int = 1024
-    save_steps: int = 250
-    eval_rows: int = 300
-    gen_length: int = 96
-    samples: int = 4
-    temperature: float = 1.0
-    denoising_steps: int = 1
-    per_batch: int = 32
-    seed: int = 0
+    size: str = option("qwen3-0.6b", "world-model size (scratch and convert regimes)")
+    vocab_size: int = option(4096, "the tokenizer trained on the rows (scratch and convert regimes)")
+    steps: int = option(1000, "training steps of each arm")
+    head_start: float = option(0.5, "convert regime: the AR head start's share of the steps")
+    batch_size: int = option(8, "training batch")
+    learning_rate: float = option(3e-4, "training learning rate")
+    cutoff_len: int = option(1024, "longest training row in tokens (longer ones dropped, counted)")
+    save_steps: int = option(250, "checkpoint every N steps")
+    eval_rows: int = option(300, "held-out transitions decoded and scored")
+    gen_length: int = option(96, "tokens per decoded answer at most")
+    samples: int = option(4, "sampled decodings per prompt (diversity)")
+    temperature: float = option(1.0, "sampling temperature of those decodings")
+    denoising_steps: int = option(1, "SDAR's denoising steps per block")
+    per_batch: int = option(32, "prompts decoded together")
+    seed: int = option(0, "seed of training and decoding")
     #: Arms trained at once, each in its own process on the same device. Small models at these batch sizes
     #: leave a GPU idle between kernel launches, so two or three trainings share it at little cost each.
     #: Decoding stays one arm at a time: its tokens/s is a reported figure.
-    parallel: int = 1
+    parallel: int = option(1, "arms trained at once, each in its own process on the same device")
     # Stage 2 (textwm.experiments.comparison_agents): a small agent SFT'd on the gold demos, then GRPO inside the
     # world model of each of grpo_families, each agent scored in the real env.
-    stage2: bool = True
+    stage2: bool = option(True, "Stage 2 too: the agent SFT'd on the gold demos, GRPO inside each "
+                                "--grpo-families world model, real-env runs")
     #: False: Stage 2 alone, with no world model trained (``grpo_families`` the real env only): the reference arm
     #: of GRPO in the real env, on a machine or in a lease of its own.
-    stage1: bool = True
+    stage1: bool = option(True, "the world models (--no-stage1: Stage 2 alone, with --stage2 "
+                                "--grpo-families real)")
     #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
     #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
     #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
-    agent_tasks: tuple[str, ...] = ()
+    agent_tasks: tuple[str, ...] = option((), "Stage 2's task types (demos, GRPO tasks, real-env rows); "
+                                              "none: every type (default: the env's small-agent types)")
     #: Stage 2's agent start (a pretrained start's name or an AR checkpoint); empty: a tiny random agent of
     #: ``agent_size``. With ``init`` it defaults to the same start (the paper's setting: a pretrained agent).
-    agent_init: str = ""
-    agent_size: str = "tiny"
-    agent_vocab_size: int = 1024
-    agent_cutoff_len: int = 3072
-    agent_sft_steps: int = 300
+    agent_init: str = option("", "Stage 2's agent start: a pretrained start's name or an AR checkpoint "
+                                 "(default with --init: the same start; else a tiny random agent)")
+    agent_size: str = option("tiny", "the tiny random agent's size")
+    agent_vocab_size: int = option(1024, "the tiny random agent's tokenizer")
+    agent_cutoff_len: int = option(3072, "the agent's longest SFT row in tokens")
+    agent_sft_steps: int = option(300, "the agent's SFT steps on the gold demos")
     #: > 1: the SFT agent is kept at this many evenly spaced steps and Stage 2 starts from the earliest whose
     #: success on the calibration rows reaches ``agent_target_success`` (an agent that leaves room to improve;
     #: the most successful one when none does). Needs ``calibration_episodes``.
-    agent_sft_checkpoints: int = 1
-    agent_target_success: float = 0.2
-    agent_learning_rate: float = 3e-3
-    grpo_families: tuple[str, ...] = ("ar", "sdar")
-    grpo_steps: int = 20
-    grpo_turns: int = 8
+    agent_sft_checkpoints: int = option(1, "> 1: SFT agents kept at this many evenly spaced steps; Stage 2 "
+                                           "starts from the earliest that reaches --agent-target-success on "
+                                           "the calibration rows")
+    agent_target_success: float = option(0.2, "the calibration success an SFT agent must reach (with "
+                                              "--agent-sft-checkpoints > 1)")
+    agent_learning_rate: float = option(3e-3, "the agent SFT's learning rate")
+    grpo_families: tuple[str, ...] = option(("ar", "sdar"), "Stage 2's world models, and real: GRPO in the "
+                                                            "real env, the upper reference")
+    grpo_steps: int = option(20, "GRPO steps")
+    grpo_turns: int = option(8, "agent turns per GRPO rollout")
     #: The H100 run's setting (scripts/results/README.md): the tiny agent's SFT runs at 3e-3, 300x large models'
     #: GRPO rate of 1e-5.
-    grpo_learning_rate: float = 1e-4
+    grpo_learning_rate: float = option(1e-4, "GRPO learning rate")
     #: Rollouts per task row (GRPO's group) and the agent's tokens per reply in them (a gold action is <= ~25 words).
-    grpo_generations: int = 4
+    grpo_generations: int = option(4, "rollouts per task row (GRPO's group)")
     #: Tasks (groups of ``grpo_generations`` rollouts) per optimizer step.
-    grpo_tasks_per_step: int = 1
+    grpo_tasks_per_step: int = option(1, "tasks (groups) per optimizer step")
     #: ms-swift's dynamic sampling: groups whose rollouts all got the same reward are regenerated (counted).
-    grpo_dynamic_sample: bool = False
+    grpo_dynamic_sample: bool = option(False, "regenerate groups whose rollouts all got one reward (counted)")
     #: One GRPO run per seed in each arm (its rollouts' sampling and data order); agents after the first seed's
     #: are named ``<agent>_seed<N>``.
-    grpo_seeds: tuple[int, ...] = (0,)
-    grpo_completion_length: int = 48
+    grpo_seeds: tuple[int, ...] = option((0,), "one GRPO run per seed in each arm")
+    grpo_completion_length: int = option(48, "the agent's tokens per reply in the rollouts")
     #: N held-out task rows (a seeded sample) are the calibration set, kept out of the final real-env runs: the SFT
     #: stop (``agent_sft_checkpoints``) is chosen on them and each GRPO run's agents are run on them every
     #: ``calibration_every`` steps (a success curve over the run; nothing is chosen by it). 0: none.
-    calibration_episodes: int = 0
-    calibration_every: int = 25
+    calibration_episodes: int = option(0, "held-out task rows kept out of the final real-env runs for the "
+                                          "SFT stop and GRPO's success curve (0: none)")
+    calibration_every: int = option(25, "GRPO steps between runs on the calibration rows")
     #: Real-env episodes per agent: the first N held-out task rows (all of them when there are fewer).
-    agent_episodes: int = 30
+    agent_episodes: int = option(30, "real-env episodes per agent (the first N held-out task rows)")
     #: Turns per real-env episode: the default agent tasks' gold runs take 1-7 actions.
-    agent_turns: int = 10
-    workers: int = 4
-    wm_port: int = 30201
-    proxy_port: int = 30200
+    agent_turns: int = option(10, "turns per real-env episode")
+    workers: int = option(4, "real env processes at once")
+    wm_port: int = option(30201, "the world-model server's port in Stage 2")
+    proxy_port: int = option(30200, "the world-model proxy's port in Stage 2")
     #: The real env server of Stage 2's ``real`` arm (GRPO with every rollout in the real env).
-    env_port: int = 30210
+    env_port: int = option(30210, "the real env server's port (Stage 2's real arm)")
 
     def __post_init__(self) -> None:
         bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]

@@ -95,7 +95,7 @@ class EvalGenerateConfig:
 
 _DECODE_FIELDS = frozenset(f.name for f in fields(DecodeSettings))
 
-#: The paper's ``wedlm/eval_generate.py`` argparse defaults, as our settings.
+#: The paper's ``wedlm/eval_generate.py`` command-line defaults, as our settings.
 WEDLM_PAPER_DEFAULTS = {"max_model_len": 16384, "per_batch": 32, "gen_length": 8192, "window_size": 16,
                         "entropy_threshold": 0.6, "position_penalty": 0.02, "temperature": 0.0}
 

@@ -156,7 +156,7 @@ PAPER_PROXY_REPETITION_PENALTY = 1.3
 def paper_proxy_main(argv: list[str], prog: str, *, sglang_port: bool) -> int:
     """The WM proxy with the paper's defaults, for the env folders' ``wm_proxy.py``: repetition penalty 1.3
     for requests without one and, with ``sglang_port``, ``$SGLANG_PORT`` as the WM server's port (the paper's
-    AppWorld proxy). They go before the user's flags, so the user's win (argparse keeps the last value)."""
+    AppWorld proxy). They go before the user's flags, so the user's win (the last value of a flag wins)."""
     defaults = ["--repetition-penalty", str(PAPER_PROXY_REPETITION_PENALTY)]
     port = os.environ.get("SGLANG_PORT", "").strip() if sglang_port else ""
     if port:
