@@ -13,12 +13,22 @@ real observation / answered), plus the first disagreements.
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from collections import Counter
+from dataclasses import dataclass
+
+from textwm.config import ConfigCLI, option
 
 
-def transitions(args: argparse.Namespace):
+@dataclass
+class AlfResponderConfig:
+    files: list[str] = option(help="wm_*.jsonl of alfworld/build_wm_dataset.py", positional=True, default_factory=list)
+    rows: str = option("", "RL rows the episodes played (with --episodes)")
+    episodes: str = option("", "episodes_real.jsonl of eval_parallel.py / python -m textwm.eval")
+
+
+def transitions(args: AlfResponderConfig):
     """(episode, task id, source, action, what the responder said, the real observation) per step."""
     if not args.episodes:
         for path in args.files:
@@ -45,14 +55,14 @@ def transitions(args: argparse.Namespace):
             episode.observe(action, real, "real")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="*", help="wm_*.jsonl of alfworld/build_wm_dataset.py")
-    parser.add_argument("--rows", help="RL rows the episodes played (with --episodes)")
-    parser.add_argument("--episodes", help="episodes_real.jsonl of eval_parallel.py / python -m textwm.eval")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(AlfResponderConfig, prog="scripts/bench_alfworld_responder.py", description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     if bool(args.rows) != bool(args.episodes) or not (args.files or args.episodes):
-        parser.error("give wm_*.jsonl files, or --rows and --episodes")
+        print("error: give wm_*.jsonl files, or --rows and --episodes", file=sys.stderr)
+        return 2
     steps, answered, agreed = Counter(), Counter(), Counter()
     episodes, wrong = set(), []
     for episode, task_id, src, query, said, real in transitions(args):

@@ -7,12 +7,13 @@ are distinct and as long as real observations. Prints one line per phase and the
     python scripts/bench_scorer.py --rows 10000
 """
 
-import argparse
 import random
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.metrics.scorer import ScoreOptions, score_file
 
@@ -35,12 +36,18 @@ def synthesize(n: int, seed: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=10000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mauve-max-samples", type=int, default=None)
-    args = p.parse_args()
+@dataclass
+class BenchScorerConfig:
+    rows: int = option(10000, "synthetic prediction rows scored")
+    seed: int = option(0, "seed of the rows")
+    mauve_max_samples: int | None = option(None, "rows per MAUVE estimate (default: the scorer's)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(BenchScorerConfig, prog="scripts/bench_scorer.py", description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench_outputs.jsonl"
         write_jsonl(path, synthesize(args.rows, args.seed))
@@ -52,7 +59,8 @@ def main() -> None:
     for key, value in summary.items():
         print(f"{key:24s} {value}")
     print(f"scored {args.rows} rows in {total:.1f} s (MAUVE over {summary['mauve_num_samples']} rows)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

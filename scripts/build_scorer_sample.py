@@ -8,9 +8,10 @@ predictions of the two floor baselines for the test rows.
     python scripts/build_scorer_sample.py --out-dir data/samples
 """
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import write_jsonl
 from textwm.data.wm_message import wm_user_message
 from textwm.generation.baselines import action_lookup, copy_state
@@ -37,12 +38,19 @@ def play(env, task: str, variation: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out-dir", default="data/samples")
-    p.add_argument("--tasks", nargs="+", default=["boil", "find-living-thing", "test-conductivity", "grow-plant"])
-    p.add_argument("--train-variations", type=int, default=2)
-    args = p.parse_args()
+@dataclass
+class ScorerSampleConfig:
+    out_dir: str = option("data/samples", "where the sample files go")
+    tasks: list[str] = option(help="ScienceWorld task names",
+                              default_factory=lambda: ["boil", "find-living-thing", "test-conductivity", "grow-plant"])
+    train_variations: int = option(2, "train variations per task")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(ScorerSampleConfig, prog="scripts/build_scorer_sample.py", description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     from scienceworld import ScienceWorldEnv
 
     env = ScienceWorldEnv("", envStepLimit=500)
@@ -64,7 +72,8 @@ def main() -> None:
                     [{"index": i, "config": {"baseline": name}, "prediction_raw": p, "reference": ref,
                       "generated": p, "ground_truth": ref} for i, (p, ref) in enumerate(zip(preds, refs))])
     print(f"{len(train)} train and {len(test)} test transitions -> {out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

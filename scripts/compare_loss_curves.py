@@ -8,11 +8,13 @@ largest relative difference exceeds ``--tolerance``.
     python scripts/compare_loss_curves.py runs/plain/train.log runs/fast/train.log --tolerance 0.02
 """
 
-import argparse
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from textwm.config import ConfigCLI, option
 
 STEP_LINE = re.compile(r"step (\d+)/\d+ \| loss (-?(?:nan|inf)|[0-9.eE+-]+)")
 
@@ -27,13 +29,20 @@ def read_curve(path: Path) -> dict[int, float]:
     return curve
 
 
+@dataclass
+class CurvesConfig:
+    reference: str = option(help="log of the plain run", positional=True)
+    candidate: str = option(help="log of the optimised run", positional=True)
+    tolerance: float = option(0.02, "largest allowed |a - b| / |a| at a logged step")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("reference", type=Path, help="log of the plain run")
-    p.add_argument("candidate", type=Path, help="log of the optimised run")
-    p.add_argument("--tolerance", type=float, default=0.02, help="largest allowed |a - b| / |a| at a logged step")
-    args = p.parse_args(argv)
-    ref, cand = read_curve(args.reference), read_curve(args.candidate)
+    parsed = ConfigCLI(CurvesConfig, prog="scripts/compare_loss_curves.py", description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
+    ref, cand = read_curve(Path(args.reference)), read_curve(Path(args.candidate))
     missing = sorted(set(ref) ^ set(cand))
     print(f"{'step':>6} {'reference':>10} {'candidate':>10} {'rel diff':>9}")
     worst = 0.0

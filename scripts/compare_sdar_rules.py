@@ -12,10 +12,11 @@ A setting is `name:rules:block_length:denoising_steps[:strategy]`; the default s
 one forward a block (generate rules at 1 step), the paper's server flags under lmdeploy rules, and block 4 there.
 """
 
-import argparse
 import dataclasses
 import time
+from dataclasses import dataclass
 
+from textwm.config import ConfigCLI, option
 from textwm.data.chat_encoder import ChatEncoder
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import plain_messages, split_prompt_target, validate_target_row
@@ -39,16 +40,23 @@ def parse_setting(text: str, base: DecodeSettings) -> tuple[str, DecodeSettings]
                                      **extra)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-path", required=True, help="an SDAR checkpoint")
-    p.add_argument("--data", required=True, help="chat rows whose last message is the target (a wm_test.jsonl)")
-    p.add_argument("--rows", type=int, default=40, help="the first N rows")
-    p.add_argument("--gen-length", type=int, default=128)
-    p.add_argument("--per-batch", type=int, default=8)
-    p.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS))
-    p.add_argument("--device", default="auto")
-    args = p.parse_args()
+@dataclass
+class SdarRulesConfig:
+    model_path: str = option(help="an SDAR checkpoint")
+    data: str = option(help="chat rows whose last message is the target (a wm_test.jsonl)")
+    rows: int = option(40, "the first N rows")
+    gen_length: int = option(128, "tokens per answer at most")
+    per_batch: int = option(8, "prompts decoded together")
+    settings: list[str] = option(help="decodings compared, NAME:RULES:BLOCK:STEPS[:STRATEGY]",
+                                 default_factory=lambda: list(DEFAULT_SETTINGS))
+    device: str = option("auto", "auto, cpu, cuda, ...")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(SdarRulesConfig, prog="scripts/compare_sdar_rules.py", description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
 
     lm = load_model(args.model_path, device=args.device)
     encoder, decoder = ChatEncoder(lm.tokenizer), make_decoder(lm.model, lm.spec)

@@ -9,10 +9,11 @@
         --mask-token-id 151669 --out runs/sdar_lmdeploy     # servable by lmdeploy (its hard-coded mask id)
 """
 
-import argparse
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import validate_row
 from textwm.models.tiny import SIZES, TINY_ARCHS, TINY_FAMILIES, build_tiny_checkpoint, chat_texts
@@ -20,26 +21,33 @@ from textwm.models.tiny import SIZES, TINY_ARCHS, TINY_FAMILIES, build_tiny_chec
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm_train.jsonl"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--family", choices=TINY_FAMILIES, default="sdar")
-    p.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    p.add_argument("--arch", choices=TINY_ARCHS, default="qwen3",
-                   help="model architecture: qwen3, or llama (SmolLM2's; no sdar_moe family)")
-    p.add_argument("--block-size", type=int, default=4, help="SDAR block size; WeDLM masking block")
-    p.add_argument("--texts", nargs="+", default=[str(SAMPLE)],
-                   help="chat JSONL files to train the tokenizer on")
-    p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary (upper bound)")
-    p.add_argument("--embedding-rows", type=int, default=None,
-                   help="pad the embedding to this many rows (a real model's parameter count)")
-    p.add_argument("--mask-token-id", type=int, default=None,
-                   help="mask at this embedding row (past the tokenizer's vocabulary) instead of the tokenizer's "
-                        "<|MASK|>; lmdeploy needs 151669 (with --embedding-rows 151936)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    if args.arch == "llama" and args.family == "sdar_moe":
-        p.error("--family sdar_moe is Qwen3-MoE only; use --arch qwen3, or --family sdar for a Llama SDAR model")
+@dataclass
+class TinyModelConfig:
+    out: str = option(help="checkpoint folder to write")
+    family: str = option("sdar", "the world-model family", choices=TINY_FAMILIES)
+    size: str = option("tiny", "the model's shape", choices=sorted(SIZES))
+    arch: str = option("qwen3", "model architecture: qwen3, or llama (SmolLM2's; no sdar_moe family)",
+                       choices=TINY_ARCHS)
+    block_size: int = option(4, "SDAR block size; WeDLM masking block")
+    texts: list[str] = option(help="chat JSONL files to train the tokenizer on", default_factory=lambda: [str(SAMPLE)])
+    vocab_size: int = option(2048, "BPE vocabulary (upper bound)")
+    embedding_rows: int | None = option(None, "pad the embedding to this many rows (a real model's parameter count)")
+    mask_token_id: int | None = option(None, "mask at this embedding row (past the tokenizer's vocabulary) instead of "
+                                             "the tokenizer's <|MASK|>; lmdeploy needs 151669 (with --embedding-rows "
+                                             "151936)")
+    seed: int = option(0, "seed of the weights")
+
+    def __post_init__(self) -> None:
+        if self.arch == "llama" and self.family == "sdar_moe":
+            raise ConfigError("--family sdar_moe is Qwen3-MoE only; use --arch qwen3, or --family sdar for a Llama "
+                              "SDAR model")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(TinyModelConfig, prog="scripts/make_tiny_model.py", description=__doc__).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     rows = [r for path in args.texts for r in read_jsonl(path, validate=validate_row).rows]
     build_tiny_checkpoint(args.out, chat_texts(rows), family=args.family, size=args.size, block_size=args.block_size,

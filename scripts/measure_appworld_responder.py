@@ -13,11 +13,12 @@ compared by its JWT subject), plus the first disagreements. Exit status 1 when a
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl
 from textwm.envs.appworld.demos import read_demo, responder_agreement, responder_rule, same_response
 
@@ -42,13 +43,21 @@ def from_rows(paths: list[str]) -> dict:
             "disagreed": len(bad)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", help="WM transition files of appworld/build_wm_dataset.py")
-    ap.add_argument("--demos", help="the paper's SFT demos (appworld_sft_gpt_agent.jsonl)")
-    args = ap.parse_args()
+@dataclass
+class ResponderConfig:
+    files: list[str] = option(help="WM transition files of appworld/build_wm_dataset.py", positional=True,
+                              default_factory=list)
+    demos: str = option("", "the paper's SFT demos (appworld_sft_gpt_agent.jsonl)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(ResponderConfig, prog="scripts/measure_appworld_responder.py", description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     if not args.files and not args.demos:
-        ap.error("give --demos FILE and/or WM transition files")
+        print("error: give --demos FILE and/or WM transition files", file=sys.stderr)
+        return 2
     out, disagreed = {}, 0
     if args.demos:
         demos = [read_demo(r) for r in read_jsonl(args.demos).rows]

@@ -8,20 +8,28 @@ Needs AppWorld's interpreter (appworld/setup_appworld.sh). CPU, about 2 s a row.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass
 
+from textwm.config import ConfigCLI, option
 from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig, smoke_calls
 
 
+@dataclass
+class SeedingConfig:
+    rows: str = option(help="RL-row JSONL file")
+    appworld_python: str = option("", "AppWorld's interpreter (default: found)")
+    json: str = option("", "also write the per-row results here")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", required=True, help="RL-row JSONL file")
-    parser.add_argument("--appworld-python", default="", help="AppWorld's interpreter (default: found)")
-    parser.add_argument("--json", default="", help="also write the per-row results here")
-    args = parser.parse_args(argv)
+    parsed = ConfigCLI(SeedingConfig, prog="scripts/measure_appworld_seeding.py", description=__doc__,
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     env = AppWorldEnv(AppWorldSessionConfig(rows=[args.rows], appworld_python=args.appworld_python))
     results, totals = [], [0, 0]

@@ -10,18 +10,25 @@ start's name (python -m textwm.models.pretrained --list).
         --family wedlm --block-size 32
 """
 
-import argparse
 import sys
+from dataclasses import dataclass
+
+from textwm.config import ConfigCLI, option
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-path", required=True, help="causal LM checkpoint folder, hub id or pretrained start name")
-    p.add_argument("--output-dir", required=True, help="where the converted checkpoint is written")
-    p.add_argument("--block-size", type=int, default=4,
-                   help="SDAR: block length the model will be trained with; WeDLM: its masking block")
-    p.add_argument("--family", choices=("sdar", "wedlm"), default="sdar", help="what to convert to")
-    args = p.parse_args()
+@dataclass
+class ConvertCheckpointConfig:
+    model_path: str = option(help="causal LM checkpoint folder, hub id or pretrained start name")
+    output_dir: str = option(help="where the converted checkpoint is written")
+    block_size: int = option(4, "SDAR: block length the model will be trained with; WeDLM: its masking block")
+    family: str = option("sdar", "what to convert to", choices=("sdar", "wedlm"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(ConvertCheckpointConfig, prog="sdar/convert_checkpoint.py", description=__doc__).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
 
     from textwm.models.checkpoint import CheckpointError, convert_checkpoint
 
