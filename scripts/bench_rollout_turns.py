@@ -15,16 +15,17 @@ local responder and the world model answered.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.simulator import Simulator
@@ -76,32 +77,39 @@ def play_round(driver: EpisodeDriver, rows: list[dict], demos: list[list[str]], 
     return walls
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", choices=env_names(), required=True)
-    p.add_argument("--data-dir", required=True, help="the env builder's folder: rl_train.jsonl and sft_train.jsonl")
-    p.add_argument("--wm-endpoint", required=True, help="the WM proxy's URL")
-    p.add_argument("--tasks", type=int, default=4, help="task rows a round (GRPO tasks per step)")
-    p.add_argument("--group", type=int, default=8, help="episodes per task (GRPO num_generations)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-turns", type=int, default=8)
-    p.add_argument("--threads", type=int, default=20, help="worker threads (asyncio.to_thread's default on 16 cores)")
-    p.add_argument("--wm-max-tokens", type=int, default=96)
-    p.add_argument("--wm-temperature", type=float, default=0.7)
-    p.add_argument("--no-local", action="store_true", help="every step to the world model (responder off)")
-    p.add_argument("--wm-retries", type=int, default=3, help="WM client retries (0: a failed call fails at once)")
-    p.add_argument("--on-wm-error", choices=("end", "fallback"), default="end",
-                   help="a failed WM call ends the episode (as in GRPO by default) or is substituted, so that an "
-                        "untrained world model still makes whole episodes of load")
-    p.add_argument("--out", default=None, help="write the figures as JSON here")
-    args = p.parse_args()
+@dataclass
+class RolloutTurnsConfig:
+    env: str = option(help="the env", choices=env_names())
+    data_dir: str = option(help="the env builder's folder: rl_train.jsonl and sft_train.jsonl")
+    wm_endpoint: str = option(help="the WM proxy's URL")
+    tasks: int = option(4, "task rows a round (GRPO tasks per step)")
+    group: int = option(8, "episodes per task (GRPO num_generations)")
+    rounds: int = option(3, "rounds of turns")
+    max_turns: int = option(8, "turns per episode at most")
+    threads: int = option(20, "worker threads (asyncio.to_thread's default on 16 cores)")
+    wm_max_tokens: int = option(96, "the world model's tokens per answer")
+    wm_temperature: float = option(0.7, "the world model's sampling temperature")
+    local: bool = option(True, "answer from the env's local responder where state decides (--no-local: every step "
+                               "to the world model)")
+    wm_retries: int = option(3, "WM client retries (0: a failed call fails at once)")
+    on_wm_error: str = option("end", "a failed WM call ends the episode (as in GRPO by default) or is substituted, so "
+                                     "that an untrained world model still makes whole episodes of load",
+                              choices=("end", "fallback"))
+    out: str = option("", "write the figures as JSON here")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(RolloutTurnsConfig, prog="scripts/bench_rollout_turns.py", description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
 
     data = Path(args.data_dir)
     rows = read_jsonl(data / "rl_train.jsonl").rows
     demos = demo_actions(data / "sft_train.jsonl")
     wm = TimedWM(args.wm_endpoint, max_tokens=args.wm_max_tokens, temperature=args.wm_temperature,
                  retry=RetryPolicy(max_retries=args.wm_retries))
-    simulator = Simulator(wm, use_local=not args.no_local, on_wm_error=args.on_wm_error)
+    simulator = Simulator(wm, use_local=args.local, on_wm_error=args.on_wm_error)
     driver = EpisodeDriver(get_env(args.env), simulator, max_turns=args.max_turns)
     walls: list[float] = []
     with ThreadPoolExecutor(args.threads) as pool:
@@ -120,7 +128,8 @@ def main() -> None:
     print(json.dumps(figures, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

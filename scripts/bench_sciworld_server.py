@@ -10,7 +10,6 @@
     python scripts/bench_sciworld_server.py --out runs/bench_sciworld_server.json
 """
 
-import argparse
 import json
 import logging
 import socket
@@ -20,8 +19,10 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, option
 from textwm.envs.client import EnvClient
 from textwm.envs.protocol import EnvError
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
@@ -128,14 +129,20 @@ def throughput(url: str, tasks: list[str], seconds: float, warmup_steps: int) ->
             "reset_p50_ms": round(statistics.median(reset_ms), 1)}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4], help="worker counts for (c)")
-    p.add_argument("--clients", type=int, default=8, help="concurrent sessions in (b) and (c)")
-    p.add_argument("--seconds", type=float, default=20.0, help="measurement window of (c) per worker count")
-    p.add_argument("--warmup-steps", type=int, default=200, help="untimed steps per client before (c)")
-    p.add_argument("--out", default="runs/bench_sciworld_server.json")
-    args = p.parse_args()
+@dataclass
+class SciServerBenchConfig:
+    workers: list[int] = option(help="worker counts for (c)", default_factory=lambda: [1, 2, 4])
+    clients: int = option(8, "concurrent sessions in (b) and (c)")
+    seconds: float = option(20.0, "measurement window of (c) per worker count")
+    warmup_steps: int = option(200, "untimed steps per client before (c)")
+    out: str = option("runs/bench_sciworld_server.json", "the figures (JSON)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(SciServerBenchConfig, prog="scripts/bench_sciworld_server.py", description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     for name in ("py4j", "scienceworld"):

@@ -12,14 +12,15 @@ refuse it as well (a refusal changes nothing, so the episode goes on).
     python scripts/measure_sciworld_responder.py --episodes 120 --workers 2 --focus-probes 3
 """
 
-import argparse
 import json
 import random
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from textwm.config import ConfigCLI, option
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.envs.sciworld.explore import episode_actions
 from textwm.envs.sciworld.probes import ANIMAL_POOL, listed_objects
@@ -123,14 +124,20 @@ def run_worker(args):
     return stats, by_rule, bad
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--episodes", type=int, default=120, help="half gold, half exploratory")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--focus-probes", type=int, default=0, help="focus probes before each step (see above)")
-    p.add_argument("--out", default="runs/responder_disagreements.jsonl")
-    args = p.parse_args()
+@dataclass
+class SciResponderConfig:
+    episodes: int = option(120, "half gold, half exploratory")
+    workers: int = option(2, "worker processes (a real env each)")
+    seed: int = option(0, "seed of the episodes")
+    focus_probes: int = option(0, "focus probes before each step (see above)")
+    out: str = option("runs/responder_disagreements.jsonl", "the disagreements, one per line")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(SciResponderConfig, prog="scripts/measure_sciworld_responder.py", description=__doc__, key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     rng = random.Random(args.seed)
     catalog = task_catalog()
     jobs = []
