@@ -26,15 +26,17 @@ One checkpoint per run (its family picks the decoder: SDAR, WeDLM or AR); compar
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
+
+from textwm.config import ConfigCLI, ConfigError, option  # noqa: E402  (after the path above)
 
 PLACEMENTS = ("prefix", "middle", "suffix", "spread")
 #: The env's own frames (``EnvSpec.observed_frame``): one condition, whatever the densities.
@@ -143,25 +145,41 @@ def make_decoder(loaded, choice: str, batch_size: int):
     return reference_decoder(loaded.model, loaded.spec, pad_token_id=pad), "reference"
 
 
+@dataclass
+class AnchorExperimentConfig:
+    model_path: str = option(help="the checkpoint decoded")
+    rows: str = option(help="chat rows (.jsonl); the last message is the reference")
+    env: str = option("", "the rows' env: its frames are the structured placement")
+    limit: int = option(1000, "the first N rows")
+    densities: list[float] = option(help="shares of the reference given as anchors, each in [0, 1)",
+                                    default_factory=lambda: [0.0, 0.25, 0.5, 0.75])
+    placements: list[str] = option(help="default: prefix middle suffix, and structured with --env",
+                                   default_factory=list, choices=(*PLACEMENTS, STRUCTURED))
+    slack: int = option(0, "tokens a slot may take beyond its reference span")
+    batch_size: int = option(16, "rows decoded together")
+    decoder: str = option("auto", "the engine, the reference decoder, or the engine where it runs the model",
+                          choices=("auto", "engine", "reference"))
+    temperature: float = option(0.0, "sampling temperature (0: greedy)")
+    block_length: int = option(4, "SDAR block length")
+    denoising_steps: int = option(4, "SDAR denoising steps per block")
+    device: str = option("auto", "auto, cpu, cuda, ...")
+    dtype: str = option("auto", "the model's dtype (load_model's: auto, bfloat16, float32, ...)")
+    out: str = option("", "write the figures here (JSON)")
+
+    def __post_init__(self) -> None:
+        if STRUCTURED in self.placements and not self.env:
+            raise ConfigError("--placements structured: name the rows' env (--env)")
+        for d in self.densities:
+            if not 0 <= d < 1:
+                raise ConfigError(f"each in [0, 1), got {d}", key="--densities")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--rows", required=True, help="chat rows (.jsonl); the last message is the reference")
-    p.add_argument("--env", help="the rows' env: its frames are the structured placement")
-    p.add_argument("--limit", type=int, default=1000)
-    p.add_argument("--densities", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75])
-    p.add_argument("--placements", nargs="+", choices=(*PLACEMENTS, STRUCTURED),
-                   help="default: prefix middle suffix, and structured with --env")
-    p.add_argument("--slack", type=int, default=0, help="tokens a slot may take beyond its reference span")
-    p.add_argument("--batch-size", type=int, default=16, help="rows decoded together")
-    p.add_argument("--decoder", choices=("auto", "engine", "reference"), default="auto")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--block-length", type=int, default=4)
-    p.add_argument("--denoising-steps", type=int, default=4)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", help="the model's dtype (load_model's: auto, bfloat16, float32, ...)")
-    p.add_argument("--out", help="write the figures here (JSON)")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(AnchorExperimentConfig, prog="scripts/anchor_experiment.py",
+                       description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
 
     from textwm.data.chat_encoder import ChatEncoder
     from textwm.data.jsonl import read_jsonl, write_json
@@ -170,11 +188,6 @@ def main(argv: list[str] | None = None) -> int:
     from textwm.models.checkpoint import load_model
 
     placements = args.placements or ["prefix", "middle", "suffix", *([STRUCTURED] if args.env else [])]
-    if STRUCTURED in placements and not args.env:
-        p.error("--placements structured: name the rows' env (--env)")
-    for d in args.densities:
-        if not 0 <= d < 1:
-            p.error(f"--densities: each in [0, 1), got {d}")
     spec = None
     if args.env:
         from textwm.envs.registry import get_env

@@ -24,15 +24,16 @@ instead (stop ids kept), e.g. a trained WeDLM against AR decoding of the same we
         --decoders engine_wedlm engine_ar --batch-sizes 1 32 --new-tokens 128
 """
 
-import argparse
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.chat_encoder import ChatEncoder
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import split_prompt_target, validate_target_row
@@ -112,36 +113,45 @@ def trained_subject(path: str, prompts_file: str, prompt_len: int):
                                                           for i in range(max(bsz, len(prompts)))]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="qwen3-8b")
-    p.add_argument("--vocab-size", type=int, default=151936)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 128])
-    p.add_argument("--prompt-len", type=int, default=1024)
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--block-length", type=int, default=4)
-    p.add_argument("--steps", type=int, nargs="+", default=[1, 4])
-    p.add_argument("--window", type=int, default=16, help="WeDLM window")
-    p.add_argument("--entropy-thresholds", type=float, nargs="+", default=[0.4, 1000.0])
-    p.add_argument("--decoders", nargs="+", default=list(DECODERS), choices=DECODERS)
-    p.add_argument("--attention", default="auto", choices=list(ATTENTIONS), help="the engine's attention")
-    p.add_argument("--layers", nargs="+", default=["fused"], choices=["fused", "modules"],
-                   help="the engine's layer math: fused kernels, the checkpoint's modules, or both side by side")
-    p.add_argument("--model-path", help="a trained checkpoint instead of random weights (its family, stop ids "
-                   "and tokenizer); pair with --prompts")
-    p.add_argument("--prompts", help="chat-format rows (.jsonl) whose prompts the trained checkpoint decodes, "
-                   "cycled to fill each batch and cut to their last --prompt-len tokens")
-    p.add_argument("--blas", default="auto", choices=list(BLAS_CHOICES),
-                   help="the engine's BLAS library (DecodeEngine blas: auto = cuBLASLt on CUDA); the HF and "
-                        "reference decoders run with torch's default")
-    p.add_argument("--out", default="runs/bench_decode.json")
-    args = p.parse_args()
+@dataclass
+class DecodeBenchConfig:
+    size: str = option("qwen3-8b", "the random model's shape")
+    vocab_size: int = option(151936, "the random model's embedding rows")
+    batch_sizes: list[int] = option(help="rows decoded together", default_factory=lambda: [1, 32, 128])
+    prompt_len: int = option(1024, "prompt tokens")
+    new_tokens: int = option(128, "tokens decoded per row")
+    block_length: int = option(4, "SDAR block length")
+    steps: list[int] = option(help="SDAR denoising steps per block", default_factory=lambda: [1, 4])
+    window: int = option(16, "WeDLM window")
+    entropy_thresholds: list[float] = option(help="WeDLM entropy thresholds", default_factory=lambda: [0.4, 1000.0])
+    decoders: list[str] = option(help="decoders timed", default_factory=lambda: list(DECODERS), choices=DECODERS)
+    attention: str = option("auto", "the engine's attention", choices=list(ATTENTIONS))
+    layers: list[str] = option(help="the engine's layer math: fused kernels, the checkpoint's modules, or both side "
+                                    "by side", default_factory=lambda: ["fused"], choices=("fused", "modules"))
+    model_path: str | None = option(None, "a trained checkpoint instead of random weights (its family, stop ids and "
+                                          "tokenizer); pair with --prompts")
+    prompts: str | None = option(None, "chat-format rows (.jsonl) whose prompts the trained checkpoint decodes, "
+                                       "cycled to fill each batch and cut to their last --prompt-len tokens")
+    blas: str = option("auto", "the engine's BLAS library (DecodeEngine blas: auto = cuBLASLt on CUDA); the HF and "
+                               "reference decoders run with torch's default", choices=list(BLAS_CHOICES))
+    out: str = option("runs/bench_decode.json", "the figures (JSON)")
+
+    def __post_init__(self) -> None:
+        if (self.model_path is None) != (self.prompts is None):
+            raise ConfigError("--model-path and --prompts go together")
+        if self.model_path and any(not d.startswith("engine_") for d in self.decoders):
+            raise ConfigError("with --model-path the engine decoders run (B rows at a time over all prompts); "
+                              "choose engine_*")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(DecodeBenchConfig, prog="scripts/bench_decode.py", description=__doc__,
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     assert torch.cuda.is_available(), "this benchmark needs a GPU"
     print(f"engine BLAS: {args.blas}")
-    if (args.model_path is None) != (args.prompts is None):
-        p.error("--model-path and --prompts go together")
-    if args.model_path and any(not d.startswith("engine_") for d in args.decoders):
-        p.error("with --model-path the engine decoders run (B rows at a time over all prompts); choose engine_*")
     torch.manual_seed(0)
     if args.model_path:
         model, spec, pool = trained_subject(args.model_path, args.prompts, args.prompt_len)

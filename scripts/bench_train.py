@@ -27,7 +27,6 @@ last (liger patches the transformers module for the rest of the process).
     python scripts/bench_train.py --device cpu --sizes tiny --cutoff 256 --rows 2 --steps 2   # CPU smoke
 """
 
-import argparse
 import gc
 import json
 import random
@@ -35,12 +34,14 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
 import textwm.models  # noqa: F401  (registers the sdar and wedlm model types)
+from textwm.config import ConfigCLI, option
 from textwm.diffusion.masks import packed_causal_mask_mod, sdar_mask_mod
 from textwm.diffusion.noisy_stream import blocks_with_a_mask
 from textwm.models.tiny import SIZES, tiny_config
@@ -240,24 +241,33 @@ def mask_build_ms(device: torch.device, rows: int, cutoff: int, compiled: bool) 
     return out
 
 
+@dataclass
+class TrainBenchConfig:
+    sizes: list[str] = option(help="model shapes", default_factory=lambda: ["qwen3-0.6b", "qwen3-1.7b"],
+                              choices=sorted(SIZES))
+    objectives: list[str] = option(help="training objectives", default_factory=lambda: ["ar", "sdar", "wedlm"],
+                                   choices=("ar", "sdar", "wedlm"))
+    variants: list[str] = option(help="trainer settings compared",
+                                 default_factory=lambda: ["plain", "chunked+fused", "chunked+fused+compile",
+                                                          "chunked+fused+liger+compile"])
+    cutoff: int = option(4096, "tokens per packed row")
+    rows: int = option(4, "packed rows per step")
+    answer_share: float = option(0.3, "answer tokens per sample (a world model's rows: ~0.05)")
+    vocab: int = option(151936, "embedding rows (Qwen3's vocabulary)")
+    steps: int = option(6, "timed steps (the median is reported)")
+    warmup: int = option(3, "untimed steps first (compile, autotuning)")
+    peak_tflops: float = option(989.0, "MFU denominator (H200 dense bf16 datasheet)")
+    device: str = option("cuda", "cuda, or cpu for a smoke run")
+    masks: bool = option(False, "also time building the flex block masks")
+    out: str = option("", "the JSON report (and a .txt table beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", nargs="+", default=["qwen3-0.6b", "qwen3-1.7b"], choices=sorted(SIZES))
-    p.add_argument("--objectives", nargs="+", default=["ar", "sdar", "wedlm"], choices=["ar", "sdar", "wedlm"])
-    p.add_argument("--variants", nargs="+", default=["plain", "chunked+fused", "chunked+fused+compile",
-                                                     "chunked+fused+liger+compile"])
-    p.add_argument("--cutoff", type=int, default=4096, help="tokens per packed row")
-    p.add_argument("--rows", type=int, default=4, help="packed rows per step")
-    p.add_argument("--answer-share", type=float, default=0.3,
-                   help="answer tokens per sample (a world model's rows: ~0.05)")
-    p.add_argument("--vocab", type=int, default=151936, help="embedding rows (Qwen3's vocabulary)")
-    p.add_argument("--steps", type=int, default=6, help="timed steps (the median is reported)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile, autotuning)")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="MFU denominator (H200 dense bf16 datasheet)")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--masks", action="store_true", help="also time building the flex block masks")
-    p.add_argument("--out", type=Path)
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(TrainBenchConfig, prog="scripts/bench_train.py", description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
+    out = Path(args.out) if args.out else None
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: use --device cpu for a smoke run")
     for v in args.variants:
@@ -265,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     arms = [(s, o, v) for s in args.sizes for o in args.objectives for v in args.variants]
     arms.sort(key=lambda arm: "liger" in arm[2])   # stable: liger's module patches must come last
     results = []
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-    table = args.out.with_suffix(".txt").open("w") if args.out else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    table = out.with_suffix(".txt").open("w") if out else None
 
     def show(line: str) -> None:
         print(line, flush=True)
@@ -282,15 +292,15 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         if "error" in r:
             show(f"{size:11s} {objective:9s} {variant:32s} {r['error']}")
-            write(args.out, args, results)
+            write(out, args, results)
             continue
         show(f"{size:11s} {objective:9s} {variant:32s} {r['tokens_per_s']:8.0f} {r['step_s']:8.3f} {r['tflops']:8.1f} "
               f"{r['mfu']:6.1%} {r.get('peak_gib', float('nan')):8.1f} {r['estimate_gib']:8.1f}  {r['first_loss']:.4f}")
-        write(args.out, args, results)
+        write(out, args, results)
     if args.masks and args.device == "cuda":
         masks = {f"compiled={c}": mask_build_ms(torch.device("cuda"), args.rows, args.cutoff, c) for c in (False, True)}
         show(f"block mask build ms: {masks}")
-        write(args.out, args, results, mask_build_ms=masks)
+        write(out, args, results, mask_build_ms=masks)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +11,8 @@ import pytest
 from textwm.generation.anchors import parse_template
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = importlib.util.spec_from_file_location("anchor_experiment", ROOT / "scripts" / "anchor_experiment.py")
-experiment = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(experiment)
+sys.path.insert(0, str(ROOT / "scripts"))
+import anchor_experiment as experiment  # noqa: E402
 
 
 @pytest.mark.parametrize("placement", experiment.PLACEMENTS)
