@@ -13,11 +13,11 @@ to ``--out``: joins, prompt tokens taken and computed, seconds in prefills, prom
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_wm_trace import prompt_ids_of, rollouts_of
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_json
 from textwm.generation.engine import DecodeEngine
 from textwm.generation.settings import DecodeSettings
@@ -75,29 +76,38 @@ def run_arm(lm, prompts: list[list[int]], *, join: int, max_len: int, cache: boo
     return out
 
 
+@dataclass
+class PrefillBenchConfig:
+    rows: list[str] = option(help="world-model rows (.jsonl) of one or more envs")
+    groups: int = option(8, "GRPO groups (tasks)")
+    group_size: int = option(8, "rollouts per group")
+    max_turns: int = option(8, "turns per rollout at most (0: the episode's)")
+    join: int = option(8, "prompts admitted together (one prefill)")
+    seed: int = option(0, "seed of the tasks drawn")
+    model_path: str | None = option(None, "default: a tiny random SDAR model built here")
+    device: str = option("cpu", "cpu, cuda, ...")
+    dtype: str = option("auto", "the model's dtype")
+    max_model_len: int = option(4096, "prompt + answer at most (longer prompts are left out)")
+    block_length: int = option(4, "SDAR block length")
+    arms: list[str] = option(help="with and without the prefix cache", default_factory=lambda: ["cache", "nocache"],
+                             choices=("cache", "nocache"))
+    profile: bool = option(False, "print the top operators of each arm (torch.profiler)")
+    out: str = option("runs/bench_prefill.json", "the figures (JSON)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", nargs="+", required=True, help="world-model rows (.jsonl) of one or more envs")
-    p.add_argument("--groups", type=int, default=8, help="GRPO groups (tasks)")
-    p.add_argument("--group-size", type=int, default=8, help="rollouts per group")
-    p.add_argument("--max-turns", type=int, default=8, help="turns per rollout at most (0: the episode's)")
-    p.add_argument("--join", type=int, default=8, help="prompts admitted together (one prefill)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--block-length", type=int, default=4, help="SDAR block length")
-    p.add_argument("--arms", nargs="+", default=["cache", "nocache"], choices=["cache", "nocache"])
-    p.add_argument("--profile", action="store_true", help="print the top operators of each arm (torch.profiler)")
-    p.add_argument("--out", default="runs/bench_prefill.json")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(PrefillBenchConfig, prog="scripts/bench_prefill.py", description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     rows = [row for path in args.rows for row in read_jsonl(path).rows]
     try:
         rollouts = rollouts_of(rows, groups=args.groups, group_size=args.group_size, seed=args.seed,
                                max_turns=args.max_turns, where=", ".join(args.rows))
     except ValueError as exc:
-        p.error(str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     model = args.model_path
     if model is None:
         from textwm.models.tiny import build_tiny_checkpoint

@@ -12,33 +12,42 @@ each draft from the whole context, so the hybrid's wall time is an upper bound o
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
+from textwm.config import ConfigCLI, option  # noqa: E402  (after the path above)
+
+
+@dataclass
+class SpeculativeBenchConfig:
+    verifier: str = option(help="the AR checkpoint")
+    drafter: str = option(help="an SDAR or WeDLM checkpoint of the same tokenizer")
+    rows: str = option(help="chat rows (.jsonl); the prompt is every message but the last")
+    limit: int = option(100, "the first N rows")
+    draft_lengths: list[int] = option(help="draft lengths measured", default_factory=lambda: [2, 4, 8])
+    gen_length: int = option(256, "tokens per answer at most")
+    block_length: int = option(4, "the SDAR drafter's block length")
+    denoising_steps: int = option(4, "the SDAR drafter's steps per block")
+    device: str = option("auto", "auto, cpu, cuda, ...")
+    dtype: str = option("auto", "the models' dtype")
+    engine: bool = option(False, "the engine's decoders (else the reference ones)")
+    max_len: int = option(4096, "--engine: prompt + answer at most")
+    out: str = option("", "write the figures here (JSON)")
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--verifier", required=True, help="the AR checkpoint")
-    p.add_argument("--drafter", required=True, help="an SDAR or WeDLM checkpoint of the same tokenizer")
-    p.add_argument("--rows", required=True, help="chat rows (.jsonl); the prompt is every message but the last")
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--draft-lengths", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--gen-length", type=int, default=256)
-    p.add_argument("--block-length", type=int, default=4, help="the SDAR drafter's block length")
-    p.add_argument("--denoising-steps", type=int, default=4, help="the SDAR drafter's steps per block")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--engine", action="store_true", help="the engine's decoders (else the reference ones)")
-    p.add_argument("--max-len", type=int, default=4096, help="--engine: prompt + answer at most")
-    p.add_argument("--out", help="write the figures here (JSON)")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(SpeculativeBenchConfig, prog="scripts/bench_speculative.py",
+                       description=__doc__.split("\n\n")[0], key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
 
     from textwm.data.chat_encoder import ChatEncoder
     from textwm.data.jsonl import read_jsonl, write_json

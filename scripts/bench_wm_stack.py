@@ -22,7 +22,6 @@ given) and stops them at the end.
         --dllm-denoising-steps 1
 """
 
-import argparse
 import asyncio
 import json
 import random
@@ -32,10 +31,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.wm_message import wm_user_message
 from textwm.serving.launch import (
     BackendSpec,
@@ -258,27 +259,43 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
     return report
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--max-tokens", type=int, nargs=2, default=[8, 24], metavar=("MIN", "MAX"))
-    p.add_argument("--state-words", type=int, nargs=2, default=[5, 120], metavar=("MIN", "MAX"))
-    p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
-    p.add_argument("--device", default="cpu", help="native server device")
-    p.add_argument("--backends", nargs="+", default=["native"], choices=["native", "lmdeploy"])
-    p.add_argument("--paths", nargs="+", default=["direct", "proxy"], choices=["direct", "stream", "proxy"],
-                   help="direct: chat requests to the server; stream: the same with stream=true; proxy: WM payloads "
-                        "through the proxy (each after the other, after one warm-up)")
-    p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--dllm-block-length", type=int, default=None)
-    p.add_argument("--dllm-denoising-steps", type=int, default=None)
-    p.add_argument("--server-args", default="", help="more flags for the native server, e.g. '--join-min-rows 16'")
-    p.add_argument("--lmdeploy-cache-share", type=float, default=0.3, help="lmdeploy --cache-max-entry-count")
-    p.add_argument("--start-timeout", type=float, default=300)
-    p.add_argument("--out", default="runs/bench_wm_stack.json")
-    args = p.parse_args()
+@dataclass
+class StackBenchConfig:
+    requests: int = option(1000, "requests sent")
+    concurrency: int = option(64, "requests in flight")
+    max_tokens: list[int] = option(help="each request's max_tokens, drawn in [MIN, MAX]", default_factory=lambda: [8, 24],
+                                   metavar="MIN MAX")
+    state_words: list[int] = option(help="words of each request's state, drawn in [MIN, MAX]",
+                                    default_factory=lambda: [5, 120], metavar="MIN MAX")
+    model_path: str | None = option(None, "default: a tiny random SDAR model built here")
+    device: str = option("cpu", "native server device")
+    backends: list[str] = option(help="servers measured", default_factory=lambda: ["native"],
+                                 choices=("native", "lmdeploy"))
+    paths: list[str] = option(help="direct: chat requests to the server; stream: the same with stream=true; proxy: "
+                                   "WM payloads through the proxy (each after the other, after one warm-up)",
+                              default_factory=lambda: ["direct", "proxy"], choices=("direct", "stream", "proxy"))
+    max_batch_size: int = option(64, "the servers' rows decoded together")
+    max_model_len: int = option(2048, "the servers' prompt + answer limit")
+    dllm_block_length: int | None = option(None, "SDAR under lmdeploy's rules: block length (both backends)")
+    dllm_denoising_steps: int | None = option(None, "... and denoising steps")
+    server_args: str = option("", "more flags for the native server, e.g. '--join-min-rows 16'")
+    lmdeploy_cache_share: float = option(0.3, "lmdeploy --cache-max-entry-count")
+    start_timeout: float = option(300, "seconds a server may take to report healthy")
+    out: str = option("runs/bench_wm_stack.json", "the figures (JSON)")
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "state_words"):
+            pair = getattr(self, name)
+            if len(pair) != 2 or pair[0] > pair[1]:
+                raise ConfigError(f"takes MIN MAX, got {pair}", key="--" + name.replace("_", "-"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(StackBenchConfig, prog="scripts/bench_wm_stack.py", description=__doc__,
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     tmp = Path(tempfile.mkdtemp(prefix="bench_wm_"))
     model = args.model_path
     if model is None:

@@ -14,7 +14,8 @@ other: the first replay meets a server that has served nothing, the later ones a
 the first's, so the cache holds only what they share with it). Printed per replay, and written to ``--out``:
 requests, failures (must be 0), generated and prompt tokens/s, p50 / p99 latency, and the prompt tokens the
 server took from its prefix cache (``/metrics``), beside the most any cache of 64-token blocks could have taken
-(every block whose whole prefix was sent before, in the trace's order: an upper bound).
+(every block whose whole prefix was sent before to the same server, earlier replays included, in the trace's order:
+an upper bound).
 
     python scripts/bench_wm_trace.py --rows data/samples/sciworld_wm_train.jsonl --groups 4 --group-size 8 \\
         --concurrency 16 --max-tokens 16 --max-turns 6                         # CPU: a tiny random SDAR model
@@ -28,7 +29,6 @@ lmdeploy exports none of the native server's counters: its cache hits, steps and
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import json
@@ -37,11 +37,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_wm_stack import Connection, engine_counters, pct, server_metrics, start_backend
 
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_json
 
 #: The prefix cache's block (``DecodeEngine``'s default): the upper bound counts whole blocks.
@@ -76,10 +78,11 @@ def rollouts_of(rows: list[dict], *, groups: int, group_size: int, seed: int, ma
     return out
 
 
-def shareable_tokens(prompts_ids: list[list[int]], block: int = BLOCK) -> int:
+def shareable_tokens(prompts_ids: list[list[int]], block: int = BLOCK, seen: set[bytes] | None = None) -> int:
     """Tokens of ``prompts_ids`` (in order) that an unbounded cache of ``block``-token blocks could serve: each
-    whole block whose chain of blocks up to it was sent before. The last token of a prompt is always computed."""
-    seen: set[bytes] = set()
+    whole block whose chain of blocks up to it was sent before. The last token of a prompt is always computed.
+    ``seen``: the blocks sent before these prompts (earlier replays on the same server); it is added to."""
+    seen = set() if seen is None else seen
     total = 0
     for ids in prompts_ids:
         key = hashlib.blake2b(digest_size=16)
@@ -150,37 +153,45 @@ def prompt_ids_of(model: str):
     return encoder.prompt_ids
 
 
+@dataclass
+class TraceBenchConfig:
+    rows: list[str] = option(help="world-model rows (.jsonl) of one or more envs")
+    groups: int = option(8, "GRPO groups (tasks) per replay")
+    group_size: int = option(8, "rollouts per group (GRPO's num_generations)")
+    max_turns: int = option(0, "turns per rollout at most (0: the episode's)")
+    concurrency: int = option(64, "rollouts in flight")
+    max_tokens: int = option(64, "tokens per answer")
+    servers: int = option(1, "fresh servers, one after another")
+    replays: int = option(2, "disjoint trace parts replayed on each server")
+    seed: int = option(0, "seed of the tasks drawn")
+    model_path: str | None = option(None, "default: a tiny random SDAR model built here")
+    device: str = option("cpu", "the native server's device")
+    max_batch_size: int = option(64, "the server's rows decoded together")
+    max_model_len: int = option(4096, "the server's prompt + answer limit")
+    backend: str = option("native", "the server replayed against", choices=("native", "lmdeploy"))
+    dllm_block_length: int | None = option(None, "SDAR under lmdeploy's rules (both backends): block length")
+    dllm_denoising_steps: int | None = option(None, "... denoising steps")
+    dllm_unmasking_strategy: str | None = option(None, "... unmasking strategy")
+    server_args: str = option("", "more flags for the server, e.g. '--no-prefix-cache' (native), "
+                                  "'--enable-prefix-caching' (lmdeploy)")
+    lmdeploy_cache_share: float = option(0.5, "lmdeploy --cache-max-entry-count")
+    start_timeout: float = option(600, "seconds a server may take to report healthy")
+    out: str = option("runs/bench_wm_trace.json", "the figures (JSON)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", nargs="+", required=True, help="world-model rows (.jsonl) of one or more envs")
-    p.add_argument("--groups", type=int, default=8, help="GRPO groups (tasks) per replay")
-    p.add_argument("--group-size", type=int, default=8, help="rollouts per group (GRPO's num_generations)")
-    p.add_argument("--max-turns", type=int, default=0, help="turns per rollout at most (0: the episode's)")
-    p.add_argument("--concurrency", type=int, default=64, help="rollouts in flight")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--servers", type=int, default=1, help="fresh servers, one after another")
-    p.add_argument("--replays", type=int, default=2, help="disjoint trace parts replayed on each server")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model-path", default=None, help="default: a tiny random SDAR model built here")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--backend", default="native", choices=["native", "lmdeploy"])
-    p.add_argument("--dllm-block-length", type=int, default=None, help="SDAR under lmdeploy's rules (both backends)")
-    p.add_argument("--dllm-denoising-steps", type=int, default=None)
-    p.add_argument("--dllm-unmasking-strategy", default=None)
-    p.add_argument("--server-args", default="", help="more flags for the server, e.g. '--no-prefix-cache' (native), "
-                                                      "'--enable-prefix-caching' (lmdeploy)")
-    p.add_argument("--lmdeploy-cache-share", type=float, default=0.5, help="lmdeploy --cache-max-entry-count")
-    p.add_argument("--start-timeout", type=float, default=600)
-    p.add_argument("--out", default="runs/bench_wm_trace.json")
-    args = p.parse_args(argv)
+    parsed = ConfigCLI(TraceBenchConfig, prog="scripts/bench_wm_trace.py", description=__doc__.split("\n\n")[0],
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     rows = [row for path in args.rows for row in read_jsonl(path).rows]
     try:
         parts = rollouts_of(rows, groups=args.groups * args.replays, group_size=args.group_size, seed=args.seed,
                             max_turns=args.max_turns, where=", ".join(args.rows))
     except ValueError as exc:
-        p.error(str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     parts = [parts[r * args.groups:(r + 1) * args.groups] for r in range(args.replays)]
     tmp = Path(tempfile.mkdtemp(prefix="bench_trace_"))
     model = args.model_path
@@ -191,11 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                                                               if isinstance(row["messages"], str) else row["messages"])]
         model = str(build_tiny_checkpoint(tmp / "model", texts, family="sdar", vocab_size=600))
     encode = prompt_ids_of(model)
-    bounds = []
+    bounds, sent = [], set()   # a server replays the parts in turn: a part's bound counts the earlier parts' blocks
     for part in parts:
         ids = [encode(turns[t]) for group in part for t in range(max(len(r) for r in group))
                for turns in group if t < len(turns)]   # turn by turn within a group, as the replay sends them
-        bounds.append({"prompt_tokens": sum(map(len, ids)), "shareable_tokens": shareable_tokens(ids)})
+        bounds.append({"prompt_tokens": sum(map(len, ids)), "shareable_tokens": shareable_tokens(ids, seen=sent)})
     report = {"settings": dict(vars(args)), "model": model,
               "upper_bound": bounds, "servers": []}
     print(f"trace: {args.replays} x {args.groups} groups x {args.group_size} rollouts; requests per replay "

@@ -15,7 +15,6 @@ within the client's deadline); and how long the server takes to exit on SIGTERM 
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
 import json
@@ -25,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import httpx
 
 from textwm.clients.retry import RetryPolicy
 from textwm.clients.wm import WMClient, WMError
+from textwm.config import ConfigCLI, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
@@ -337,11 +338,18 @@ def table(title: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="runs/probe_servers.json")
-    p.add_argument("--hung-timeout", type=float, default=30.0, help="the hung-upstream proxy's --timeout")
-    args = p.parse_args()
+@dataclass
+class ProbeConfig:
+    out: str = option("runs/probe_servers.json", "the probes' results (JSON)")
+    hung_timeout: float = option(30.0, "the hung-upstream proxy's --timeout")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = ConfigCLI(ProbeConfig, prog="scripts/probe_servers.py", description=__doc__,
+                       key_values=False).parse_or_report(argv)
+    if parsed is None:
+        return 2
+    args = parsed[0]
     from textwm.models.tiny import build_tiny_checkpoint
 
     tmp = Path(tempfile.mkdtemp(prefix="probe_"))
