@@ -53,6 +53,7 @@ VERBS: tuple[Verb, ...] = (
          "agent success in the real env and in the world model, W2R, fidelity (agent-real|agent-wm|fidelity|all|w2r)"),
     Verb(("eval", "paired"), "textwm.eval.paired", "did an agent get better: two real-env runs compared pair by pair"),
     Verb(("agent", "demos"), "textwm.eval.agent_sft", "agent SFT demos from a chat agent played in the real env"),
+    Verb(("agent", "sft"), "textwm.rl.sft_launch", "SFT of an agent on demonstrations, the warm start (ms-swift swift sft)"),
     Verb(("agent", "grpo"), "textwm.rl.launch", "GRPO of an agent inside the world model (ms-swift swift rlhf)"),
     Verb(("demo",), "textwm.demo_cli", "the whole two-stage pipeline in miniature on a CPU (resumable)"),
     Verb(("compare",), "textwm.experiments.comparison_cli",

@@ -62,18 +62,18 @@ GRPO = [
 
 SFT = [
     ("alfworld/run_lfm25_alfworld_sft.sh", {"--model": "LiquidAI/LFM2.5-1.2B-Instruct", "--template": "chatml",
-     "--learning_rate": "2e-5", "--per_device_train_batch_size": "2", "--gradient_accumulation_steps": "4",
+     "--learning_rate": "2e-05", "--per_device_train_batch_size": "2", "--gradient_accumulation_steps": "4",
      "--num_train_epochs": "1", "--max_length": "8192", "--save_steps": "50"}),
-    ("alfworld/run_qwen3_alfworld_sft.sh", {"--model": "Qwen/Qwen3-4B-Instruct-2507", "--learning_rate": "2e-6",
+    ("alfworld/run_qwen3_alfworld_sft.sh", {"--model": "Qwen/Qwen3-4B-Instruct-2507", "--learning_rate": "2e-06",
      "--gradient_accumulation_steps": "4", "--num_train_epochs": "1", "--max_length": "8192"}),
-    ("alfworld/run_lfm25_sft.sh", {"--model": "LiquidAI/LFM2.5-1.2B-Instruct", "--learning_rate": "2e-5",
+    ("alfworld/run_lfm25_sft.sh", {"--model": "LiquidAI/LFM2.5-1.2B-Instruct", "--learning_rate": "2e-05",
      "--gradient_accumulation_steps": "8", "--num_train_epochs": "3", "--max_length": "16384",
      "--warmup_ratio": "0.05", "--save_steps": "100", "--logging_steps": "5"}),
-    ("alfworld/run_qwen3_sft.sh", {"--model": "Qwen/Qwen3-4B-Instruct-2507", "--learning_rate": "2e-6",
+    ("alfworld/run_qwen3_sft.sh", {"--model": "Qwen/Qwen3-4B-Instruct-2507", "--learning_rate": "2e-06",
      "--gradient_accumulation_steps": "8", "--num_train_epochs": "3", "--max_length": "16384",
      "--save_total_limit": "5"}),
     ("alfworld/run_mistral_sft.sh", {"--model": "mistralai/Mistral-7B-Instruct-v0.3", "--template": "llama",
-     "--learning_rate": "2e-6", "--num_train_epochs": "3", "--save_steps": "25"}),
+     "--learning_rate": "2e-06", "--num_train_epochs": "3", "--save_steps": "25"}),
 ]
 
 

@@ -52,6 +52,19 @@ def visible_gpus() -> int:
     return sum(line.startswith("GPU") for line in listed.splitlines())
 
 
+def apply_gpu_layout(env: dict[str, str], num_gpus: int, master_port: int) -> None:
+    """Set the GPU layout of a swift process in ``env``: with more than one GPU swift re-launches itself under
+    torchrun (``NPROC_PER_NODE``, ``MASTER_PORT``); with none the GPUs are hidden; else, when
+    ``CUDA_VISIBLE_DEVICES`` is not set, the first ``num_gpus``."""
+    env.pop("NPROC_PER_NODE", None)
+    if num_gpus > 1:
+        env.update(NPROC_PER_NODE=str(num_gpus), MASTER_PORT=str(master_port))
+    if num_gpus == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif "CUDA_VISIBLE_DEVICES" not in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(num_gpus))
+
+
 def default_swift() -> str:
     """The ``swift`` beside this Python (its venv's), else the one on the PATH."""
     beside = Path(sys.executable).with_name("swift")
@@ -324,13 +337,7 @@ class GRPOConfig:
                 env[spec.replay_url_env] = c.env_url
         if c.sim_cache:
             env[CACHE_DIR_ENV] = c.sim_cache
-        env.pop("NPROC_PER_NODE", None)
-        if c.num_gpus > 1:
-            env.update(NPROC_PER_NODE=str(c.num_gpus), MASTER_PORT=str(c.master_port))
-        if c.num_gpus == 0:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        elif "CUDA_VISIBLE_DEVICES" not in os.environ:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(c.num_gpus))
+        apply_gpu_layout(env, c.num_gpus, c.master_port)
         return env
 
 
