@@ -8,33 +8,14 @@
 # tiny models only.
 # Runtime: several hours for one epoch of 300 tasks x 8 generations x 30 turns.
 #
-# This file holds the model's and the paper's ALFWorld defaults only; the checks and the swift line are
-# python -m textwm.rl.launch (scripts/lib/agent_grpo.sh). Every knob is an environment variable; extra
-# arguments are appended to the swift command line:
+# Its values are recipes/alfworld/qwen3_grpo.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   WM_ENDPOINT=http://127.0.0.1:30000/ DATA=../shared/data/alfworld_rl.jsonl bash alfworld/run_alfworld_qwen3_grpo.sh
 #
 # Outputs: $OUTPUT_DIR/v<N>-<timestamp>/ (checkpoints, logging.jsonl, completions.jsonl, trajectories.jsonl).
 set -euo pipefail
 
-export MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
-export TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
-export STOP_WORDS="${STOP_WORDS:-<|im_end|> <|endoftext|>}"
-export RUN_NAME="${RUN_NAME:-alfworld_qwen3_grpo}"
-# NUM_GPUS: the GPUs in CUDA_VISIBLE_DEVICES when it is set (the paper's scripts take the count from it), else 2.
-export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 2; fi)}"
-export LR="${LR:-5e-7}"
-export BETA="${BETA:-0.1}"
-export EPOCHS="${EPOCHS:-1}"
-export MAX_TURNS="${MAX_TURNS:-30}"
-export MAX_COMPLETION_LENGTH="${MAX_COMPLETION_LENGTH:-128}"
-export MAX_LENGTH="${MAX_LENGTH:-32768}"
-export VLLM_MAX_MODEL_LEN="${VLLM_MAX_MODEL_LEN:-32768}"
-export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.3}"
-export SAVE_STEPS="${SAVE_STEPS:-10}"
-export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
-export DEEPSPEED="${DEEPSPEED-$([ "$NUM_GPUS" -gt 1 ] && echo zero2)}"
-export PAPER_DATA="${PAPER_DATA:-alfworld_rl.jsonl}"   # the paper's DATA, used from <env>/data/ when there
-export LAUNCHER="${BASH_SOURCE[0]##*/}"
-export ENV_NAME=alfworld
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/alfworld/qwen3_grpo.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

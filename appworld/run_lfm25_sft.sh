@@ -6,22 +6,14 @@
 # Hardware: 1 H100/H200 in bf16; NUM_GPUS=0: CPU in float32, tiny models only.
 # Runtime: minutes for 33 demos x 3 epochs on 1 GPU.
 #
-# This file holds the model's defaults only; every other knob and the swift line are in scripts/lib/agent_sft.sh.
+# Its values are recipes/appworld/lfm25_sft.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.sft_launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   DATA=../shared/data/appworld_sft_gpt_agent.jsonl bash appworld/run_lfm25_sft.sh
 #
 # Checkpoints land in $OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>.
 set -euo pipefail
 
-export MODEL_PATH="${MODEL_PATH:-LiquidAI/LFM2.5-1.2B-Instruct}"
-export TEMPLATE="${TEMPLATE:-chatml}"
-export RUN_NAME="${RUN_NAME:-appworld_lfm25_sft}"
-export MAX_LENGTH="${MAX_LENGTH:-4096}"
-export EPOCHS="${EPOCHS:-3}"
-export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-2}"
-export GRAD_ACCUM_STEPS="${GRAD_ACCUM_STEPS:-4}"
-export LR="${LR:-2e-5}"
-export PAPER_DATA="${PAPER_DATA:-appworld_sft_lfm25.jsonl}"   # the paper's DATA, used from <env>/data/ when there
-export LAUNCHER="${BASH_SOURCE[0]##*/}"
-export ENV_NAME=appworld
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/appworld/lfm25_sft.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

@@ -6,25 +6,14 @@
 # Hardware: 1 H100/H200 in bf16; NUM_GPUS=0: CPU in float32, tiny models only.
 # Runtime: under an hour for 33 demos x 4 epochs on 1 GPU.
 #
-# This file holds the model's defaults only (LR 2e-6: the paper found higher rates destroy tool calling);
-# every other knob and the swift line are in scripts/lib/agent_sft.sh. Every knob is an environment
-# variable; extra arguments are appended:
+# Its values are recipes/appworld/qwen3_sft.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.sft_launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   DATA=../shared/data/appworld_sft_gpt_agent.jsonl bash appworld/run_qwen_sft.sh
 #
 # Checkpoints land in $OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>; pass one as MODEL_PATH to run_qwen_grpo.sh.
 set -euo pipefail
 
-export MODEL_PATH="${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}"
-export TEMPLATE="${TEMPLATE:-qwen3_nothinking}"
-export RUN_NAME="${RUN_NAME:-appworld_qwen_sft}"
-export MAX_LENGTH="${MAX_LENGTH:-16384}"
-export EPOCHS="${EPOCHS:-4}"
-export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
-export GRAD_ACCUM_STEPS="${GRAD_ACCUM_STEPS:-4}"
-export LR="${LR:-2e-6}"
-export WARMUP_RATIO="${WARMUP_RATIO:-0.1}"
-export PAPER_DATA="${PAPER_DATA:-appworld_sft_gpt_agent_clean.jsonl appworld_sft_gpt_agent.jsonl}"   # the paper's DATA, used from <env>/data/ when there
-export LAUNCHER="${BASH_SOURCE[0]##*/}"
-export ENV_NAME=appworld
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/appworld/qwen3_sft.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

@@ -8,9 +8,9 @@
 # CPU in float32 without vLLM, for tiny models only.
 # Runtime: several hours for 3 epochs of the full task set on 1 GPU.
 #
-# This file holds the LFM2.5 defaults only; every other knob, the checks and the swift line are in
-# scripts/lib/agent_grpo.sh (python -m textwm.rl.launch). Every knob is an environment variable; extra arguments are appended to the swift
-# command line:
+# Its values are recipes/sciworld/lfm25_grpo.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   MODEL_PATH=runs/sciworld/sciworld_lfm_sft/v0-.../checkpoint-20 WM_ENDPOINT=http://127.0.0.1:30000/ \
 #     DATA=runs/sciworld_data/rl_train.jsonl bash sciworld/run_sciworld_lfm_grpo.sh
@@ -18,17 +18,5 @@
 # Outputs: $OUTPUT_DIR/v<N>-<timestamp>/ (checkpoints, logging.jsonl, completions.jsonl, trajectories.jsonl).
 set -euo pipefail
 
-export MODEL_PATH="${MODEL_PATH:-LiquidAI/LFM2.5-1.2B-Instruct}"
-export TEMPLATE="${TEMPLATE:-chatml}"
-export STOP_WORDS="${STOP_WORDS:-<|im_end|> <|endoftext|>}"
-export RUN_NAME="${RUN_NAME:-sciworld_lfm_grpo}"
-export LR="${LR:-3e-6}"
-export BETA="${BETA:-0.05}"
-export VLLM_GPU_MEMORY_UTILIZATION="${VLLM_GPU_MEMORY_UTILIZATION:-0.4}"
-export OFFLOAD_MODEL="${OFFLOAD_MODEL:-false}"
-export OFFLOAD_OPTIMIZER="${OFFLOAD_OPTIMIZER:-false}"
-export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
-export PAPER_DATA="${PAPER_DATA:-sciworld_rl_split.jsonl}"   # the paper's DATA, used from <env>/data/ when there
-export LAUNCHER="${BASH_SOURCE[0]##*/}"
-export ENV_NAME=sciworld
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/sciworld/lfm25_grpo.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

@@ -7,23 +7,14 @@
 # NUM_GPUS=0 runs on CPU in float32, for tiny models only.
 # Runtime: under an hour for a few hundred demos (1 epoch) on 1 GPU.
 #
-# This file holds the Mistral defaults only; every other knob, the checks and the swift line are in
-# scripts/lib/agent_sft.sh. Every knob is an environment variable; extra arguments are appended to the swift
-# command line:
+# Its values are recipes/sciworld/mistral_sft.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.sft_launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   DATA=runs/sciworld_data/sft_train.jsonl bash sciworld/run_sciworld_mistral_sft.sh
 #
 # Checkpoints land in $OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>; pass one as MODEL_PATH to the GRPO script.
 set -euo pipefail
 
-export MODEL_PATH="${MODEL_PATH:-mistralai/Mistral-7B-Instruct-v0.3}"
-export TEMPLATE="${TEMPLATE:-llama}"
-export RUN_NAME="${RUN_NAME:-sciworld_mistral_sft}"
-export EPOCHS="${EPOCHS:-1}"
-export PER_DEVICE_TRAIN_BATCH_SIZE="${PER_DEVICE_TRAIN_BATCH_SIZE:-1}"
-export LR="${LR:-2e-6}"
-export SAVE_STEPS="${SAVE_STEPS:-5}"
-export PAPER_DATA="${PAPER_DATA:-sciworld_sft_gpt_perfect_mistral.jsonl}"   # the paper's DATA, used from <env>/data/ when there
-export LAUNCHER="${BASH_SOURCE[0]##*/}"
-export ENV_NAME=sciworld
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/sciworld/mistral_sft.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_sft.sh" "$@"

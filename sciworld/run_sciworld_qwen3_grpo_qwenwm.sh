@@ -4,16 +4,12 @@
 # Hardware: 4 H100/H200 (torchrun, DeepSpeed ZeRO-2, bf16, vLLM colocate at 0.3).
 # Runtime: about a day for 3 epochs.
 #
-# Every knob is an environment variable (these lines set only the paper's values that differ from
-# run_sciworld_qwen3_grpo.sh's); extra arguments are appended to the swift command line, and a first
-# argument --print-command prints that line instead of running it:
+# Its values are recipes/sciworld/qwen3_grpo_qwenwm.yaml; each is also an environment variable or a flag (python -m
+# textwm.rl.launch --help). Extra arguments are appended to the swift command line; a first argument
+# --print-command prints that line instead of running it:
 #
 #   WM_ENDPOINT=http://127.0.0.1:30000/ CUDA_VISIBLE_DEVICES=0,1,2,3 bash run_sciworld_qwen3_grpo_qwenwm.sh
 set -euo pipefail
 
-export NUM_GPUS="${NUM_GPUS:-$(if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true; else echo 4; fi)}"
-export DEEPSPEED="${DEEPSPEED-$([ "$NUM_GPUS" -gt 1 ] && echo zero2)}"
-export RUN_NAME="${RUN_NAME:-sciworld_qwen3_grpo_qwenwm}"
-export LR="${LR:-5e-7}"
-export SAVE_TOTAL_LIMIT="${SAVE_TOTAL_LIMIT:-5}"
-exec bash "$(dirname "${BASH_SOURCE[0]}")/run_sciworld_qwen3_grpo.sh" "$@"
+export RECIPE="$(dirname "${BASH_SOURCE[0]}")/../recipes/sciworld/qwen3_grpo_qwenwm.yaml" LAUNCHER="${LAUNCHER:-${BASH_SOURCE[0]##*/}}"
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/agent_grpo.sh" "$@"

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Shared GRPO launcher for an agent of any env inside the world model (swift rlhf --rlhf_type grpo).
 # Run it through an env's model launcher (sciworld/run_sciworld_qwen3_grpo.sh,
-# alfworld/run_alfworld_qwen3_grpo.sh, ...), which exports ENV_NAME, that model's defaults (MODEL_PATH,
-# TEMPLATE, STOP_WORDS, RUN_NAME, LR, BETA, vLLM memory, DeepSpeed, offloading, ...) and LAUNCHER (its
-# own name, used in messages).
+# alfworld/run_alfworld_qwen3_grpo.sh, ...), which exports RECIPE (its recipes/<env>/<model>_grpo.yaml: the env,
+# the model and the paper's values) and LAUNCHER (its own name, used in messages); or set ENV_NAME.
 # Every env step is answered by the local responder or the WM proxy at WM_ENDPOINT
 # (<ENV>_WM_GUARD=0: every step to the WM); the reward comes from the trajectory. Start the WM
 # first (scripts/wm_stack.py start).
@@ -21,21 +20,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-ENV_NAME="${ENV_NAME:?set ENV_NAME (sciworld, alfworld, ...): run an env launcher such as sciworld/run_sciworld_qwen3_grpo.sh}"
-export LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
-# DATA unset: the paper's file in <env>/data/ (PAPER_DATA: its names, set by the env launcher; the first
-# that exists), as the paper's run scripts read data/<name> from the env folder; else our builder's output.
-export PAPER_DATA="${PAPER_DATA:-}"
-if [ -z "${DATA:-}" ]; then
-  for name in $PAPER_DATA; do
-    if [ -f "$ROOT/$ENV_NAME/data/$name" ]; then DATA="$ROOT/$ENV_NAME/data/$name"; break; fi
-  done
-fi
-export DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/rl_train.jsonl}"
-export OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/${RUN_NAME:-${ENV_NAME}_grpo}}"
+# DATA unset: the paper's file in <env>/data/ of this checkout (the recipe's paper_data names it), as the paper's run
+# scripts read data/<name> from the env folder; else our builder's runs/<env>_data/ (both under TEXTWM_ROOT).
+export TEXTWM_ROOT="${TEXTWM_ROOT:-$ROOT}" LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
 DEFAULT_PYTHON="python3"
 [ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
 
-FLAGS=()   # a first argument --print-command prints the swift line instead of running it
-if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch --env "$ENV_NAME" "${FLAGS[@]}" -- "$@"
+FLAGS=()
+[ -n "${RECIPE:-}" ] && FLAGS+=(--recipe "$RECIPE")
+[ -n "${ENV_NAME:-}" ] && FLAGS+=(--env "$ENV_NAME")
+if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi   # the swift line, not run
+exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch "${FLAGS[@]}" -- "$@"

@@ -20,22 +20,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-ENV_NAME="${ENV_NAME:?set ENV_NAME (sciworld, alfworld, ...): run an env launcher such as sciworld/run_sciworld_qwen3_sft.sh}"
-export LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
-# DATA unset: the paper's file in <env>/data/ (PAPER_DATA: its names, set by the env launcher; the first
-# that exists), as the paper's run scripts read data/<name> from the env folder; else our builder's output.
-export PAPER_DATA="${PAPER_DATA:-}"
-if [ -z "${DATA:-}" ]; then
-  for name in $PAPER_DATA; do
-    if [ -f "$ROOT/$ENV_NAME/data/$name" ]; then DATA="$ROOT/$ENV_NAME/data/$name"; break; fi
-  done
-fi
-export DATA="${DATA:-$ROOT/runs/${ENV_NAME}_data/sft_train.jsonl}"
-export OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/$ENV_NAME/${RUN_NAME:-${ENV_NAME}_sft}}"
-[ -x "$ROOT/.venv/bin/swift" ] && export SWIFT="${SWIFT:-$ROOT/.venv/bin/swift}"
+# DATA unset: the paper's file in <env>/data/ of this checkout (the recipe's paper_data names it), as the paper's run
+# scripts read data/<name> from the env folder; else our builder's runs/<env>_data/ (both under TEXTWM_ROOT).
+export TEXTWM_ROOT="${TEXTWM_ROOT:-$ROOT}" LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
 DEFAULT_PYTHON="python3"
 [ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
 
-FLAGS=()   # a first argument --print-command prints the swift line instead of running it
-if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.sft_launch --env "$ENV_NAME" "${FLAGS[@]}" -- "$@"
+FLAGS=()
+[ -n "${RECIPE:-}" ] && FLAGS+=(--recipe "$RECIPE")
+[ -n "${ENV_NAME:-}" ] && FLAGS+=(--env "$ENV_NAME")
+if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi   # the swift line, not run
+exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.sft_launch "${FLAGS[@]}" -- "$@"

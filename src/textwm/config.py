@@ -406,7 +406,7 @@ class ConfigCLI:
 
     def __init__(self, cls: type, *, prog: str | None = None, description: str | None = None,
                  epilog: str | None = None, ignored_keys: Iterable[str] = (), key_values: bool = True,
-                 allow_abbrev: bool = True):
+                 allow_abbrev: bool = True, recipes: bool = False):
         self.cls = cls
         self.ignored_keys = tuple(ignored_keys)
         self.key_values = key_values
@@ -421,6 +421,10 @@ class ConfigCLI:
             if leaf.positional:
                 self._add_positional(leaf)
         self.parser.add_argument("--config", metavar="FILE.yaml", help="YAML file of values for the flags below")
+        if recipes:
+            self.parser.add_argument("--recipe", metavar="FILE.yaml",
+                                     help="YAML file of a named run's values (recipes/<env>/<model>_<stage>.yaml): "
+                                          "defaults that the environment variables, --config and the flags override")
         for leaf in self.leaves:
             if not leaf.positional:
                 self._add_flag(leaf)
@@ -481,6 +485,8 @@ class ConfigCLI:
         argv, overrides = self._split_overrides(list(sys.argv[1:] if argv is None else argv))
         args = self.parser.parse_intermixed_args(argv)
         resolver = _Resolver(self.cls, self.ignored_keys)
+        if getattr(args, "recipe", None):
+            resolver.add_mapping(read_yaml(args.recipe), args.recipe)
         resolver.add_env_defaults()
         if args.config:
             resolver.add_mapping(read_yaml(args.config), args.config)

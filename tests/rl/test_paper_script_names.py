@@ -138,6 +138,7 @@ def _launcher_copy(tmp_path: Path, *scripts: str) -> Path:
     for rel in ("scripts/lib/agent_grpo.sh", "scripts/lib/agent_sft.sh", "scripts/lib/swift_launch.sh", *scripts):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, root / rel)
+    shutil.copytree(ROOT / "recipes", root / "recipes")
     return root
 
 

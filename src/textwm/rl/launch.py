@@ -42,14 +42,28 @@ log = logging.getLogger(__name__)
 PLUGIN = Path(__file__).resolve().with_name("swift_plugin.py")
 
 
-def visible_gpus() -> int:
-    """GPUs in ``CUDA_VISIBLE_DEVICES`` when it is set, else those ``nvidia-smi -L`` lists (0 without)."""
+def visible_gpus(unset: int | None = None) -> int:
+    """GPUs in ``CUDA_VISIBLE_DEVICES`` when it is set, else ``unset`` when given (a recipe's GPU count, as the
+    paper's scripts default it), else those ``nvidia-smi -L`` lists (0 without)."""
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         return len([d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
+    if unset is not None:
+        return unset
     if shutil.which("nvidia-smi") is None:
         return 0
     listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
     return sum(line.startswith("GPU") for line in listed.splitlines())
+
+
+def default_data(root: str, env: str, paper_data: str, built: str) -> str:
+    """``DATA`` when unset: the first of the paper's file names (``paper_data``, space-separated) found in
+    ``<root>/<env>/data/``, as the paper's run scripts read ``data/<name>`` from the env folder; else our builder's
+    ``<root>/runs/<env>_data/<built>``."""
+    for name in paper_data.split():
+        path = Path(root or ".") / env / "data" / name
+        if path.is_file():
+            return str(path)
+    return str(Path(root or ".") / "runs" / f"{env}_data" / built)
 
 
 def apply_gpu_layout(env: dict[str, str], num_gpus: int, master_port: int) -> None:
@@ -135,8 +149,13 @@ class GRPOConfig:
     sim_workers: int = _knob(2, "real envs building missing start states at once, before swift starts",
                              "SIM_WORKERS")
     run_name: str = _knob("", "run name (default: <env>_grpo)", "RUN_NAME")
-    output_dir: str = _knob("", "outputs (default: runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
+    root: str = _knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
+                      "TEXTWM_ROOT")
+    output_dir: str = _knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = _knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
+                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
+    gpus_unset: int | None = _knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
+                                         "the paper's scripts' default)", "GPUS_UNSET")
     master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
     torch_dtype: str = _knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
                                  "DeepSpeed, which keeps float32 master weights). Float32 weights, gradients and "
@@ -149,7 +168,7 @@ class GRPOConfig:
     vllm_max_model_len: int = _knob(16384, "vLLM context length", "VLLM_MAX_MODEL_LEN")
     sleep_level: int = _knob(1, "vLLM sleep level between rollouts", "SLEEP_LEVEL")
     deepspeed: str = _knob("", "DeepSpeed config across GPUs: zero2, zero3 (ms-swift's names) or a JSON file; "
-                                "empty: none", "DEEPSPEED")
+                                "auto: zero2 on more than one GPU; empty or none: off", "DEEPSPEED")
     offload_model: bool = _knob(False, "offload the model during rollouts", "OFFLOAD_MODEL")
     offload_optimizer: bool = _knob(False, "offload the optimizer during rollouts", "OFFLOAD_OPTIMIZER")
     max_turns: int = _knob(50, "agent turns per episode at most", "MAX_TURNS")
@@ -193,7 +212,8 @@ class GRPOConfig:
         name = self.launcher or "textwm.rl.launch"
         if not self.env:
             raise ConfigError(f"{name}: no env; give --env NAME ({', '.join(env_names())})")
-        if not self.data or not Path(self.data).is_file():
+        self.data = self.data or default_data(self.root, self.env, self.paper_data, "rl_train.jsonl")
+        if not Path(self.data).is_file():
             raise ConfigError(f"{name}: DATA '{self.data}' not found. {self._data_hint()}")
         if self.wm_guard not in ("", "0", "1"):
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
@@ -235,16 +255,18 @@ class GRPOConfig:
 
     @property
     def gpus(self) -> int:
-        return visible_gpus() if self.num_gpus is None else self.num_gpus
+        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
 
     def resolved(self) -> GRPOConfig:
         """The defaults that depend on the env and the GPUs, filled in."""
         gpu = self.gpus > 0
         run_name = self.run_name or f"{self.env}_grpo"
         switch = get_env(self.env).replay_url_env
+        deepspeed = {"auto": "zero2" if self.gpus > 1 else "", "none": ""}.get(self.deepspeed, self.deepspeed)
         return dataclasses.replace(
-            self, num_gpus=self.gpus, run_name=run_name, output_dir=self.output_dir or f"runs/{self.env}/{run_name}",
-            torch_dtype=self.torch_dtype or ("bfloat16" if gpu and self.deepspeed else "float32"),
+            self, num_gpus=self.gpus, run_name=run_name, deepspeed=deepspeed,
+            output_dir=self.output_dir or str(Path(self.root or ".") / "runs" / self.env / run_name),
+            torch_dtype=self.torch_dtype or ("bfloat16" if gpu and deepspeed else "float32"),
             use_vllm=gpu if self.use_vllm is None else self.use_vllm,
             gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,
             report_to=self.report_to or ("wandb" if os.environ.get("WANDB_API_KEY") else "tensorboard"),
@@ -416,7 +438,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.laun
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
     cli = ConfigCLI(GRPOConfig, prog=f"{prog} --env NAME", description=GRPOConfig.__doc__,
-                    key_values=False)
+                    key_values=False, recipes=True)
     cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
     parsed = cli.parse_or_report(argv)
     if parsed is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textwm.config import ConfigCLI, ConfigError, option
-from textwm.rl.launch import apply_gpu_layout, default_swift, visible_gpus
+from textwm.rl.launch import apply_gpu_layout, default_data, default_swift, visible_gpus
 
 
 def _knob(default, help: str, env: str, **kwargs):
@@ -45,8 +45,13 @@ class AgentSFTConfig:
     template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
     use_hf: bool = _knob(True, "load models from the Hugging Face hub", "USE_HF")
     run_name: str = _knob("", "run name (default: <env>_sft)", "RUN_NAME")
-    output_dir: str = _knob("", "outputs (default: runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = _knob(None, "GPUs (default: those visible); 0: CPU, tiny models only", "NUM_GPUS")
+    root: str = _knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
+                      "TEXTWM_ROOT")
+    output_dir: str = _knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = _knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
+                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
+    gpus_unset: int | None = _knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
+                                         "the paper's scripts' default)", "GPUS_UNSET")
     master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
     deepspeed: str = _knob("", "DeepSpeed config: zero2, zero3 or a JSON file; none: off (default: zero2 on more "
                                "than one GPU)", "DEEPSPEED")
@@ -77,7 +82,8 @@ class AgentSFTConfig:
         name = self.launcher or "textwm.rl.sft_launch"
         if not self.env:
             raise ConfigError(f"{name}: no env; give --env NAME")
-        if not self.data or not Path(self.data).is_file():
+        self.data = self.data or default_data(self.root, self.env, self.paper_data, "sft_train.jsonl")
+        if not Path(self.data).is_file():
             hint = ""
             if self.paper_data:
                 hint = (f" or put the paper's released file ({self.paper_data}; the paper's data/ folder, or shared/data/ "
@@ -91,7 +97,7 @@ class AgentSFTConfig:
 
     @property
     def gpus(self) -> int:
-        return visible_gpus() if self.num_gpus is None else self.num_gpus
+        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
 
     def resolved(self) -> AgentSFTConfig:
         """The defaults that depend on the env and the GPUs, filled in."""
@@ -99,7 +105,8 @@ class AgentSFTConfig:
         run_name = self.run_name or f"{self.env}_sft"
         deepspeed = self.deepspeed or ("zero2" if gpus > 1 else "none")
         return dataclasses.replace(
-            self, num_gpus=gpus, run_name=run_name, output_dir=self.output_dir or f"runs/{self.env}/{run_name}",
+            self, num_gpus=gpus, run_name=run_name,
+            output_dir=self.output_dir or str(Path(self.root or ".") / "runs" / self.env / run_name),
             deepspeed=deepspeed,
             torch_dtype=self.torch_dtype or ("bfloat16" if gpus > 0 and deepspeed != "none" else "float32"),
             gradient_checkpointing=gpus > 0 if self.gradient_checkpointing is None else self.gradient_checkpointing,
@@ -163,7 +170,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.sft_
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    cli = ConfigCLI(AgentSFTConfig, prog=f"{prog} --env NAME", description=AgentSFTConfig.__doc__, key_values=False)
+    cli = ConfigCLI(AgentSFTConfig, prog=f"{prog} --env NAME", description=AgentSFTConfig.__doc__, key_values=False,
+                    recipes=True)
     cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
     parsed = cli.parse_or_report(argv)
     if parsed is None:
