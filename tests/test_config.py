@@ -82,7 +82,8 @@ def test_yaml_errors_name_the_file(tmp_path):
 
 
 def test_take_flags_pulls_another_tools_flags_out_and_keeps_the_rest_in_order():
-    from textwm.config import ConfigError, take_flags
+    from textwm.cli_checks import take_flags
+    from textwm.config import ConfigError
 
     found, rest = take_flags(["--split", "a", "--shuffle", "--out=x.jsonl", "--split", "b", "--seed", "1"],
                              ("--out", "--split", "--limit"))

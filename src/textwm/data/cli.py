@@ -11,7 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigCLI, ConfigError, check_output_file, option
+from textwm.cli_checks import check_output_file
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.converters import FORMATS, convert_file, to_swift
 from textwm.data.jsonl import DataError, write_jsonl
 from textwm.data.sources import HubUnreachableError, holdout_split, load_split

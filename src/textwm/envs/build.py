@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from textwm.config import check_output_dir, config_dict, option
+from textwm.cli_checks import check_output_dir
+from textwm.config import config_dict, option
 from textwm.data.jsonl import write_file_set, write_json, write_jsonl
 from textwm.envs.contract import EnvSpec
 from textwm.envs.registry import get_env, spec_from_cli

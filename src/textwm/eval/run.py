@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigCLI, ConfigError, check_output_dir, config_dict, option
+from textwm.cli_checks import check_output_dir
+from textwm.config import ConfigCLI, ConfigError, config_dict, option
 from textwm.envs.registry import env_names, get_env
 
 log = logging.getLogger(__name__)

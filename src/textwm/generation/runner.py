@@ -26,7 +26,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigError, check_output_dir, config_dict, option
+from textwm.cli_checks import check_output_dir
+from textwm.config import ConfigError, config_dict, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.schema import split_prompt_target, validate_target_row

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from textwm._optional import MissingDependencyError, require
-from textwm.config import ConfigCLI, ConfigError, check_output_dir, option
+from textwm.cli_checks import check_output_dir
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import DataError
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.metrics.bootstrap import MAUVE_RESAMPLES

@@ -354,7 +354,7 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
 
 def train(config: SFTConfig) -> TrainResult:
     """Run SFT as configured; returns where the final model is and the training loss."""
-    from textwm.config import check_output_dir
+    from textwm.cli_checks import check_output_dir
 
     check_output_dir(config.output_dir, "output_dir")  # before loading anything: a bad path fails in a second
     for what, path in (("train_file", config.resolve_train_file()), ("eval_file", config.eval_file)):

@@ -32,7 +32,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-from textwm.config import option, take_flags
+from textwm.cli_checks import take_flags
+from textwm.config import option
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.alfworld import agent, paper_prompt
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots

@@ -244,7 +244,8 @@ def rebuild_from_rows(rows_path: str, out_dir: str | Path) -> dict[str, int]:
 def main(argv: list[str] | None = None, prog: str = "alfworld/build_games.py") -> int:
     import sys
 
-    from textwm.config import ConfigCLI, check_output_dir
+    from textwm.cli_checks import check_output_dir
+    from textwm.config import ConfigCLI
     from textwm.data.jsonl import DataError
 
     parsed = ConfigCLI(BuildGamesConfig, prog=prog, description=BuildGamesConfig.__doc__,
