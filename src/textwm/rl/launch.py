@@ -27,8 +27,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import DataError
@@ -106,7 +108,7 @@ def swift_model_args(model_path: str | os.PathLike) -> tuple[str, str]:
     return SWIFT_MODEL_ARGS[model_type]
 
 
-def _knob(default, help: str, env: str, **kwargs):
+def knob(default, help: str, env: str, **kwargs):
     """A field whose default can come from the environment variable the shell launchers have always read."""
     return option(default, help, env=env, **kwargs)
 
@@ -116,97 +118,97 @@ class GRPOConfig:
     """GRPO of an agent LLM inside the world model (swift rlhf): every env step answered by the simulator."""
 
     env: str = option("", "the env (a registered name, e.g. sciworld)")
-    data: str = _knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py, or the paper's released "
+    data: str = knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py, or the paper's released "
                           "rows)", "DATA")
-    paper_data: str = _knob("", "the paper's names of the RL rows file (space-separated), named when DATA is missing; "
+    paper_data: str = knob("", "the paper's names of the RL rows file (space-separated), named when DATA is missing; "
                                 "the shell launchers default DATA to the first of them in <env>/data/", "PAPER_DATA")
-    model_path: str = _knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
-    model_type: str = _knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
-    template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
-    stop_words: str = _knob("<|im_end|> <|endoftext|>", "stop words, space-separated", "STOP_WORDS")
-    use_hf: bool = _knob(True, "load models from the Hugging Face hub", "USE_HF")
-    wm_endpoint: str = _knob("http://127.0.0.1:30000/", "the WM proxy", "WM_ENDPOINT")
-    wm_max_tokens: int | None = _knob(None, "longest WM observation in tokens (default: the plugin's, 256)",
+    model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
+    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
+    template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
+    stop_words: str = knob("<|im_end|> <|endoftext|>", "stop words, space-separated", "STOP_WORDS")
+    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
+    wm_endpoint: str = knob("http://127.0.0.1:30000/", "the WM proxy", "WM_ENDPOINT")
+    wm_max_tokens: int | None = knob(None, "longest WM observation in tokens (default: the plugin's, 256)",
                                       "WM_MAX_TOKENS")
-    wm_temperature: float = _knob(0.7, "the world model's sampling temperature in rollouts (0: greedy; above 0 a "
+    wm_temperature: float = knob(0.7, "the world model's sampling temperature in rollouts (0: greedy; above 0 a "
                                         "group's episodes meet different plausible worlds)", "WM_TEMPERATURE")
-    wm_top_p: float | None = _knob(None, "the world model's nucleus sampling (default: the server's, 1.0)", "WM_TOP_P")
-    wm_diffusion_steps: int | None = _knob(None, "denoising steps per block of a diffusion world model (default: the "
+    wm_top_p: float | None = knob(None, "the world model's nucleus sampling (default: the server's, 1.0)", "WM_TOP_P")
+    wm_diffusion_steps: int | None = knob(None, "denoising steps per block of a diffusion world model (default: the "
                                                  "server's)", "WM_DIFFUSION_STEPS")
     wm_guard: str = option("", "1: local responder first; 0: every step to the WM (default: $<ENV>_WM_GUARD, "
                                "e.g. SCIWORLD_WM_GUARD, or 1)")
-    reward: str = _knob("ours", "the reward rule: ours (the env's reward of the outcome; python -m textwm.rl.rewards "
+    reward: str = knob("ours", "the reward rule: ours (the env's reward of the outcome; python -m textwm.rl.rewards "
                                 "prints it) or paper (the paper's plugin's rule, where written)", "REWARD_RULE",
                         choices=("ours", "paper"))
-    rollout_env: str = _knob("wm", "where rollouts are played: wm (the simulator: local responder, then the world "
+    rollout_env: str = knob("wm", "where rollouts are played: wm (the simulator: local responder, then the world "
                                   "model) or real (every action in the env server at --real-env-url)", "ROLLOUT_ENV",
                              choices=("wm", "real"))
-    real_env_url: str = _knob("", "the env server of real rollouts (python <env>/<env>_env_server.py)", "REAL_ENV_URL")
+    real_env_url: str = knob("", "the env server of real rollouts (python <env>/<env>_env_server.py)", "REAL_ENV_URL")
     env_url: str = option("", "real env server whose replay of each episode gives the reward (default: the env's "
                               "switch, $SCIWORLD_ENV_URL for sciworld; empty: the simulated trajectory's reward)")
-    sim_cache: str = _knob("", "cache of simulator start states built for rows that lack them (default: "
+    sim_cache: str = knob("", "cache of simulator start states built for rows that lack them (default: "
                                "$TEXTWM_CACHE/sim_tasks, else ~/.cache/textwm/sim_tasks)", "TEXTWM_SIM_CACHE")
-    sim_workers: int = _knob(2, "real envs building missing start states at once, before swift starts",
+    sim_workers: int = knob(2, "real envs building missing start states at once, before swift starts",
                              "SIM_WORKERS")
-    run_name: str = _knob("", "run name (default: <env>_grpo)", "RUN_NAME")
-    root: str = _knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
+    run_name: str = knob("", "run name (default: <env>_grpo)", "RUN_NAME")
+    root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
                       "TEXTWM_ROOT")
-    output_dir: str = _knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = _knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
+    output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
                                        "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
-    gpus_unset: int | None = _knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
+    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
                                          "the paper's scripts' default)", "GPUS_UNSET")
-    master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
-    torch_dtype: str = _knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
+    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
+    torch_dtype: str = knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
                                  "DeepSpeed, which keeps float32 master weights). Float32 weights, gradients and "
                                  "AdamW take ~16 bytes a parameter (a 4B agent ~64 GB): for such an agent on one "
                                  "GPU use DEEPSPEED with OFFLOAD_OPTIMIZER, or bfloat16 (which loses small updates)",
                              "TORCH_DTYPE")
-    use_vllm: bool | None = _knob(None, "rollouts with vLLM (default: on GPU)", "USE_VLLM")
-    vllm_mode: str = _knob("colocate", "vLLM mode", "VLLM_MODE")
-    vllm_gpu_memory_utilization: float = _knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")
-    vllm_max_model_len: int = _knob(16384, "vLLM context length", "VLLM_MAX_MODEL_LEN")
-    sleep_level: int = _knob(1, "vLLM sleep level between rollouts", "SLEEP_LEVEL")
-    deepspeed: str = _knob("", "DeepSpeed config across GPUs: zero2, zero3 (ms-swift's names) or a JSON file; "
+    use_vllm: bool | None = knob(None, "rollouts with vLLM (default: on GPU)", "USE_VLLM")
+    vllm_mode: str = knob("colocate", "vLLM mode", "VLLM_MODE")
+    vllm_gpu_memory_utilization: float = knob(0.3, "vLLM share of GPU memory", "VLLM_GPU_MEMORY_UTILIZATION")
+    vllm_max_model_len: int = knob(16384, "vLLM context length", "VLLM_MAX_MODEL_LEN")
+    sleep_level: int = knob(1, "vLLM sleep level between rollouts", "SLEEP_LEVEL")
+    deepspeed: str = knob("", "DeepSpeed config across GPUs: zero2, zero3 (ms-swift's names) or a JSON file; "
                                 "auto: zero2 on more than one GPU; empty or none: off", "DEEPSPEED")
-    offload_model: bool = _knob(False, "offload the model during rollouts", "OFFLOAD_MODEL")
-    offload_optimizer: bool = _knob(False, "offload the optimizer during rollouts", "OFFLOAD_OPTIMIZER")
-    max_turns: int = _knob(50, "agent turns per episode at most", "MAX_TURNS")
-    num_generations: int = _knob(8, "episodes per task (the GRPO group)", "NUM_GENERATIONS")
-    max_completion_length: int = _knob(256, "tokens per agent turn at most", "MAX_COMPLETION_LENGTH")
-    max_length: int = _knob(16384, "tokens per episode at most", "MAX_LENGTH")
-    epochs: float = _knob(3, "passes over the task rows", "EPOCHS")
-    per_device_train_batch_size: int = _knob(1, "episodes per device per step", "PER_DEVICE_TRAIN_BATCH_SIZE")
-    grad_accum_steps: int = _knob(8, "micro-batches per optimizer step", "GRAD_ACCUM_STEPS")
-    lr: float = _knob(1e-6, "learning rate", "LR")
-    lr_sched: str = _knob("constant", "learning-rate schedule", "LR_SCHED")
-    warmup_ratio: float = _knob(0.05, "share of steps for warm-up", "WARMUP_RATIO")
-    max_grad_norm: float = _knob(0.5, "gradient clipping", "MAX_GRAD_NORM")
-    beta: float = _knob(0.1, "KL coefficient", "BETA")
-    temperature: float = _knob(0.9, "rollout temperature", "TEMPERATURE")
-    top_p: float = _knob(0.95, "rollout nucleus sampling", "TOP_P")
-    num_iterations: int = _knob(1, "GRPO iterations per batch", "NUM_ITERATIONS")
-    tasks_per_step: int = _knob(0, "tasks (GRPO groups) per optimizer step; sets grad_accum_steps to tasks x "
+    offload_model: bool = knob(False, "offload the model during rollouts", "OFFLOAD_MODEL")
+    offload_optimizer: bool = knob(False, "offload the optimizer during rollouts", "OFFLOAD_OPTIMIZER")
+    max_turns: int = knob(50, "agent turns per episode at most", "MAX_TURNS")
+    num_generations: int = knob(8, "episodes per task (the GRPO group)", "NUM_GENERATIONS")
+    max_completion_length: int = knob(256, "tokens per agent turn at most", "MAX_COMPLETION_LENGTH")
+    max_length: int = knob(16384, "tokens per episode at most", "MAX_LENGTH")
+    epochs: float = knob(3, "passes over the task rows", "EPOCHS")
+    per_device_train_batch_size: int = knob(1, "episodes per device per step", "PER_DEVICE_TRAIN_BATCH_SIZE")
+    grad_accum_steps: int = knob(8, "micro-batches per optimizer step", "GRAD_ACCUM_STEPS")
+    lr: float = knob(1e-6, "learning rate", "LR")
+    lr_sched: str = knob("constant", "learning-rate schedule", "LR_SCHED")
+    warmup_ratio: float = knob(0.05, "share of steps for warm-up", "WARMUP_RATIO")
+    max_grad_norm: float = knob(0.5, "gradient clipping", "MAX_GRAD_NORM")
+    beta: float = knob(0.1, "KL coefficient", "BETA")
+    temperature: float = knob(0.9, "rollout temperature", "TEMPERATURE")
+    top_p: float = knob(0.95, "rollout nucleus sampling", "TOP_P")
+    num_iterations: int = knob(1, "GRPO iterations per batch", "NUM_ITERATIONS")
+    tasks_per_step: int = knob(0, "tasks (GRPO groups) per optimizer step; sets grad_accum_steps to tasks x "
                                    "num_generations / (per_device_train_batch_size x GPUs) (0: grad_accum_steps as "
                                    "given)", "TASKS_PER_STEP")
-    dynamic_sample: bool = _knob(True, "drop groups whose episodes all got the same reward (no gradient) and "
+    dynamic_sample: bool = knob(True, "drop groups whose episodes all got the same reward (no gradient) and "
                                        "generate new ones in their place (ms-swift's dynamic sampling)",
                                  "DYNAMIC_SAMPLE")
-    max_resample_times: int = _knob(3, "dynamic sampling: new generation rounds per batch at most", "MAX_RESAMPLE_TIMES")
-    log_entropy: bool = _knob(True, "log the policy's token entropy per step (entropy/mean in logging.jsonl)",
+    max_resample_times: int = knob(3, "dynamic sampling: new generation rounds per batch at most", "MAX_RESAMPLE_TIMES")
+    log_entropy: bool = knob(True, "log the policy's token entropy per step (entropy/mean in logging.jsonl)",
                               "LOG_ENTROPY")
-    gradient_checkpointing: bool | None = _knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
-    save_steps: int = _knob(20, "checkpoint every N steps", "SAVE_STEPS")
-    save_total_limit: int = _knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
-    logging_steps: int = _knob(1, "log every N steps", "LOGGING_STEPS")
-    dataset_num_proc: int = _knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
-    dataloader_num_workers: int = _knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
-    report_to: str = _knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else tensorboard: "
+    gradient_checkpointing: bool | None = knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
+    save_steps: int = knob(20, "checkpoint every N steps", "SAVE_STEPS")
+    save_total_limit: int = knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
+    logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
+    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
+    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
+    report_to: str = knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else tensorboard: "
                                "event files in <output_dir>/v<N>-<timestamp>/runs)", "REPORT_TO")
-    check_model: bool = _knob(False, "let ms-swift check the model files", "CHECK_MODEL")
-    seed: int = _knob(42, "seed", "SEED")
-    swift: str = _knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
-    launcher: str = _knob("", "name of the script that called this one, for messages", "LAUNCHER")
+    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
+    seed: int = knob(42, "seed", "SEED")
+    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
+    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
 
     def __post_init__(self) -> None:
         name = self.launcher or "textwm.rl.launch"
@@ -236,10 +238,10 @@ class GRPOConfig:
         if self.tasks_per_step < 0 or self.max_resample_times < 1:
             raise ConfigError("TASKS_PER_STEP must be >= 0 and MAX_RESAMPLE_TIMES >= 1, got "
                               f"{self.tasks_per_step} and {self.max_resample_times}", key="TASKS_PER_STEP")
-        for knob in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
+        for name in ("max_turns", "num_generations", "max_completion_length", "per_device_train_batch_size",
                      "grad_accum_steps", "sim_workers"):
-            if getattr(self, knob) < 1:
-                raise ConfigError(f"must be >= 1, got {getattr(self, knob)}", key=knob.upper())
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", key=name.upper())
 
     def _data_hint(self) -> str:
         """How to get the RL rows: our builder, the paper's released file (by its name), or DATA."""
@@ -430,15 +432,16 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
                           stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.launch") -> int:
-    """``python -m textwm.rl.launch --env NAME [flags] [-- swift arguments]``."""
+def launcher_main(cls: type, run: Callable[[Any, list[str]], int], argv: list[str] | None, prog: str) -> int:
+    """``prog --env NAME [flags] [-- swift arguments]`` for a launcher's config class ``cls`` (GRPO's, the agent SFT's):
+    the config from its ``--recipe``, the environment and the flags; then ``--print-command`` prints the swift line,
+    else ``run(config, extra)`` runs it."""
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    cli = ConfigCLI(GRPOConfig, prog=f"{prog} --env NAME", description=GRPOConfig.__doc__,
-                    key_values=False, recipes=True)
+    cli = ConfigCLI(cls, prog=f"{prog} --env NAME", description=cls.__doc__, key_values=False, recipes=True)
     cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
     parsed = cli.parse_or_report(argv)
     if parsed is None:
@@ -448,6 +451,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.laun
         print(" ".join(config.argv(extra)))
         return 0
     return run(config, extra)
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.launch") -> int:
+    """``python -m textwm.rl.launch --env NAME [flags] [-- swift arguments]``."""
+    return launcher_main(GRPOConfig, run, argv, prog)
 
 
 if __name__ == "__main__":

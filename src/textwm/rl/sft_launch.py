@@ -21,13 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigCLI, ConfigError, option
-from textwm.rl.launch import apply_gpu_layout, default_data, default_swift, visible_gpus
-
-
-def _knob(default, help: str, env: str, **kwargs):
-    """A field whose default can come from the environment variable the shell launchers have always read."""
-    return option(default, help, env=env, **kwargs)
+from textwm.config import ConfigError, option
+from textwm.rl.launch import apply_gpu_layout, default_data, default_swift, knob, launcher_main, visible_gpus
 
 
 @dataclass
@@ -35,48 +30,48 @@ class AgentSFTConfig:
     """SFT of an agent LLM on chat demonstrations (swift sft, full parameters)."""
 
     env: str = option("", "the env (a registered name, e.g. sciworld): the default run name and output folder")
-    data: str = _knob("", "chat rows {'messages': [...]}: sft_train.jsonl of <env>/build_wm_dataset.py, or the "
+    data: str = knob("", "chat rows {'messages': [...]}: sft_train.jsonl of <env>/build_wm_dataset.py, or the "
                           "paper's demos", "DATA")
-    paper_data: str = _knob("", "the paper's names of the demos file (space-separated), named when DATA is missing",
+    paper_data: str = knob("", "the paper's names of the demos file (space-separated), named when DATA is missing",
                             "PAPER_DATA")
-    val_data: str = _knob("", "held-out chat rows (empty: none)", "VAL_DATA")
-    model_path: str = _knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
-    model_type: str = _knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
-    template: str = _knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
-    use_hf: bool = _knob(True, "load models from the Hugging Face hub", "USE_HF")
-    run_name: str = _knob("", "run name (default: <env>_sft)", "RUN_NAME")
-    root: str = _knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
+    val_data: str = knob("", "held-out chat rows (empty: none)", "VAL_DATA")
+    model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
+    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
+    template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
+    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
+    run_name: str = knob("", "run name (default: <env>_sft)", "RUN_NAME")
+    root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
                       "TEXTWM_ROOT")
-    output_dir: str = _knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = _knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
+    output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
                                        "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
-    gpus_unset: int | None = _knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
+    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
                                          "the paper's scripts' default)", "GPUS_UNSET")
-    master_port: int = _knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
-    deepspeed: str = _knob("", "DeepSpeed config: zero2, zero3 or a JSON file; none: off (default: zero2 on more "
+    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
+    deepspeed: str = knob("", "DeepSpeed config: zero2, zero3 or a JSON file; none: off (default: zero2 on more "
                                "than one GPU)", "DEEPSPEED")
-    torch_dtype: str = _knob("", "the weights' dtype (default: bfloat16 under DeepSpeed, which keeps float32 master "
+    torch_dtype: str = knob("", "the weights' dtype (default: bfloat16 under DeepSpeed, which keeps float32 master "
                                  "weights, else float32 with bf16 compute on GPU)", "TORCH_DTYPE")
-    max_length: int = _knob(8192, "tokens per demo at most", "MAX_LENGTH")
-    epochs: float = _knob(1, "passes over the demos", "EPOCHS")
-    per_device_train_batch_size: int = _knob(1, "demos per device per step", "PER_DEVICE_TRAIN_BATCH_SIZE")
-    grad_accum_steps: int = _knob(4, "micro-batches per optimizer step", "GRAD_ACCUM_STEPS")
-    lr: float = _knob(2e-6, "learning rate", "LR")
-    lr_sched: str = _knob("cosine", "learning-rate schedule", "LR_SCHED")
-    warmup_ratio: float = _knob(0.1, "share of steps for warm-up", "WARMUP_RATIO")
-    max_grad_norm: float = _knob(1.0, "gradient clipping", "MAX_GRAD_NORM")
-    gradient_checkpointing: bool | None = _knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
-    save_steps: int = _knob(5, "checkpoint every N steps", "SAVE_STEPS")
-    save_total_limit: int = _knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
-    logging_steps: int = _knob(1, "log every N steps", "LOGGING_STEPS")
-    dataset_num_proc: int = _knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
-    dataloader_num_workers: int = _knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
-    report_to: str = _knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else none)",
+    max_length: int = knob(8192, "tokens per demo at most", "MAX_LENGTH")
+    epochs: float = knob(1, "passes over the demos", "EPOCHS")
+    per_device_train_batch_size: int = knob(1, "demos per device per step", "PER_DEVICE_TRAIN_BATCH_SIZE")
+    grad_accum_steps: int = knob(4, "micro-batches per optimizer step", "GRAD_ACCUM_STEPS")
+    lr: float = knob(2e-6, "learning rate", "LR")
+    lr_sched: str = knob("cosine", "learning-rate schedule", "LR_SCHED")
+    warmup_ratio: float = knob(0.1, "share of steps for warm-up", "WARMUP_RATIO")
+    max_grad_norm: float = knob(1.0, "gradient clipping", "MAX_GRAD_NORM")
+    gradient_checkpointing: bool | None = knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
+    save_steps: int = knob(5, "checkpoint every N steps", "SAVE_STEPS")
+    save_total_limit: int = knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
+    logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
+    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
+    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
+    report_to: str = knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else none)",
                            "REPORT_TO")
-    check_model: bool = _knob(False, "let ms-swift check the model files", "CHECK_MODEL")
-    seed: int = _knob(42, "seed", "SEED")
-    swift: str = _knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
-    launcher: str = _knob("", "name of the script that called this one, for messages", "LAUNCHER")
+    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
+    seed: int = knob(42, "seed", "SEED")
+    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
+    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
 
     def __post_init__(self) -> None:
         name = self.launcher or "textwm.rl.sft_launch"
@@ -91,9 +86,9 @@ class AgentSFTConfig:
             raise ConfigError(f"{name}: DATA '{self.data}' not found. Build demonstrations from the real env with "
                               f"python {self.env}/build_wm_dataset.py --out-dir runs/{self.env}_data,{hint} or point "
                               "DATA at a chat JSONL.")
-        for knob in ("max_length", "per_device_train_batch_size", "grad_accum_steps", "save_steps"):
-            if getattr(self, knob) < 1:
-                raise ConfigError(f"must be >= 1, got {getattr(self, knob)}", key=knob.upper())
+        for name in ("max_length", "per_device_train_batch_size", "grad_accum_steps", "save_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", key=name.upper())
 
     @property
     def gpus(self) -> int:
@@ -165,22 +160,7 @@ def run(config: AgentSFTConfig, extra: list[str] = ()) -> int:
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.sft_launch") -> int:
     """``python -m textwm.rl.sft_launch --env NAME [flags] [-- swift arguments]``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    cli = ConfigCLI(AgentSFTConfig, prog=f"{prog} --env NAME", description=AgentSFTConfig.__doc__, key_values=False,
-                    recipes=True)
-    cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
-    parsed = cli.parse_or_report(argv)
-    if parsed is None:
-        return 2
-    config, extras = parsed
-    if extras.print_command:
-        print(" ".join(config.argv(extra)))
-        return 0
-    return run(config, extra)
+    return launcher_main(AgentSFTConfig, run, argv, prog)
 
 
 if __name__ == "__main__":
