@@ -33,8 +33,21 @@ from typing import Any
 
 from textwm.config import option
 from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.demo_report import render
+from textwm.envs.build import build
 from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
+from textwm.eval.paired import compare, load_episodes
+from textwm.eval.run import EvalConfig, run
+from textwm.generation.runner import EvalGenerateConfig
+from textwm.generation.runner import run as generate
+from textwm.generation.settings import DecodeSettings
+from textwm.metrics import report
+from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
+from textwm.serving.local_stack import local_wm_stack
+from textwm.training.agent_sft import AgentSFT, sft_agent_path, train_agent_on_demos
+from textwm.training.config import SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -209,8 +222,6 @@ class Demo:
     # --- 1. data -----------------------------------------------------------------------------------
 
     def stage_data(self) -> dict[str, Any]:
-        from textwm.envs.build import build
-
         c = self.config
         builder = get_env(c.env).dataset_builder()
         config = builder.demo_config(self.path("data"), c)
@@ -229,7 +240,6 @@ class Demo:
 
     def stage_train(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
-        from textwm.training.config import SFTConfig
         from textwm.training.trainer import train
 
         c = self.config
@@ -255,12 +265,6 @@ class Demo:
     # --- 3. world-model evaluation -----------------------------------------------------------------
 
     def stage_wm_eval(self) -> dict[str, Any]:
-        from textwm.generation.runner import EvalGenerateConfig
-        from textwm.generation.runner import run as generate
-        from textwm.generation.settings import DecodeSettings
-        from textwm.metrics import report
-        from textwm.metrics.scorer import ScoreOptions, score_file
-
         c = self.config
         summaries = {}
         for name in (f"{stage}_{family}" for family in c.families for stage in ("init", "wm")):
@@ -281,8 +285,6 @@ class Demo:
 
     def _stack(self):
         """The SDAR world model served (native server + proxy) for the GRPO and agent-in-WM stages."""
-        from textwm.generation.settings import DecodeSettings
-        from textwm.serving.local_stack import local_wm_stack
 
         c = self.config
         return local_wm_stack(self.path("wm_sdar"), log_dir=self.path("stack"), wm_port=c.wm_port,
@@ -294,7 +296,6 @@ class Demo:
         """The agent GRPO starts from: trained on the gold demos when the stage did that, else its start (the
         pretrained ``agent_init`` as it is, or the random one)."""
         from textwm.models.checkpoint import read_spec
-        from textwm.training.agent_sft import sft_agent_path
 
         sft = sft_agent_path(self.path("agent"))
         if sft.is_dir():
@@ -304,8 +305,6 @@ class Demo:
 
     def stage_grpo(self) -> dict[str, Any]:
         from textwm.models.tiny import build_tiny_checkpoint, chat_texts
-        from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
-        from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
 
         c = self.config
         demos = self.agent_file("sft_train.jsonl")
@@ -336,8 +335,6 @@ class Demo:
     # --- 5. agent evaluation and WM fidelity -------------------------------------------------------
 
     def stage_agent_eval(self) -> dict[str, Any]:
-        from textwm.eval.run import EvalConfig, run
-
         c = self.config
         results = {}
         # An env expert that reads only the conversation (AppWorld's) is a competent agent in both worlds: its
@@ -354,7 +351,6 @@ class Demo:
                                      wm_endpoint=endpoint, wm_max_tokens=c.gen_length, **agent))
                 results[name] = {k: out.get(k) for k in ("real", "wm", "w2r", "fidelity")}
         # The same held-out tasks before and after GRPO: compared pair by pair (exact McNemar, bootstrap).
-        from textwm.eval.paired import compare, load_episodes
 
         try:
             paired = compare(load_episodes(self.path("agent_eval", before)),
@@ -368,8 +364,6 @@ class Demo:
     # --- 6. report -----------------------------------------------------------------------------------
 
     def stage_report(self) -> dict[str, Any]:
-        from textwm.demo_report import render
-
         text = render(self.config, self.records, self.out)
         with atomic_write(self.path("report.md")) as f:
             f.write(text)

@@ -6,8 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from textwm.envs.registry import get_env
 from textwm.eval.episodes import fmt_ci
 from textwm.metrics.scorer import METRIC_LABELS
+from textwm.rl.step_chart import GRPOCurves, steps_chart
 
 
 def _fmt(v: Any) -> str:
@@ -73,8 +75,6 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float], agent_ini
 
 
 def render(config: Any, records: dict[str, Any], out: Path) -> str:
-    from textwm.envs.registry import get_env
-
     spec = get_env(config.env)
     fig = {name: rec.figures for name, rec in records.items()}
     agent_start = (f"the agent is the pretrained `{config.agent_init}` fine-tuned on the gold demos"
@@ -135,7 +135,6 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
               f"- turns per step: {grpo.get('turns_per_step')}; episodes: {grpo.get('episodes')}",
               f"- steps answered by the local responder: {grpo.get('local_answered_steps')}, by the world model: "
               f"{grpo.get('wm_answered_steps')}, WM errors: {grpo.get('wm_errors')}", ""]
-    from textwm.rl.step_chart import GRPOCurves, steps_chart
 
     chart = steps_chart([GRPOCurves("agent_grpo", grpo.get("steps") or [])], out / "grpo_steps.png")
     if chart:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from textwm.cli_checks import check_output_dir
-from textwm.config import config_dict, option
+from textwm.config import ConfigCLI, config_dict, option
 from textwm.data.jsonl import write_file_set, write_json, write_jsonl
 from textwm.envs.contract import EnvSpec
 from textwm.envs.registry import get_env, spec_from_cli
@@ -243,8 +243,6 @@ def card_markdown(card: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | None = None) -> int:
     """``python -m textwm.envs.build --env NAME --out-dir DIR ...`` (or an env's wrapper with ``env`` fixed)."""
     import sys
-
-    from textwm.config import ConfigCLI
 
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or "python -m textwm.envs.build"

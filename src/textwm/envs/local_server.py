@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from textwm.serving.launch import ManagedProcess
+
 
 @contextmanager
 def local_env_server(env: str, *, port: int, workers: int, log_dir: Path, start_timeout_s: float = 300) -> Iterator[str]:
     """Serve ``env`` on ``127.0.0.1:port`` with ``workers`` env processes; yields its URL."""
-    from textwm.serving.launch import ManagedProcess
 
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", port)) == 0:

@@ -42,10 +42,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from textwm.config import option
+from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_jsonl
 from textwm.envs.contract import EnvSpec
 from textwm.envs.protocol import EnvError, EnvSession
+from textwm.envs.registry import spec_from_cli
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +293,6 @@ class SimCacheConfig:
 
 def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | None = None) -> int:
     """``python -m textwm.envs.sim_cache --env NAME --rows FILE [--out FILE] [--cache-dir DIR] [--workers N]``."""
-    from textwm.config import ConfigCLI
-    from textwm.envs.registry import spec_from_cli
 
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or "python -m textwm.envs.sim_cache"

@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from textwm.config import ConfigCLI, ConfigError, option
+from textwm.data.jsonl import read_jsonl, write_jsonl
+from textwm.envs.episode import FAILURE_REASONS
 from textwm.envs.registry import env_names, get_env
+from textwm.eval.agents import OpenAIAgent
+from textwm.eval.closed_loop import evaluate_agent_real, load_rows
+from textwm.eval.run import input_errors, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +109,6 @@ class AgentSFTConfig:
 
 def _row_fields(spec: Any, path: str) -> dict[str, dict[str, Any]]:
     """Each task id's row fields beside its conversation (the first row of that id)."""
-    from textwm.data.jsonl import read_jsonl
 
     fields: dict[str, dict[str, Any]] = {}
     for row in read_jsonl(path).rows:
@@ -121,10 +125,6 @@ def demo_row(record: Any, row_fields: dict[str, Any]) -> dict[str, Any]:
 
 def run(config: AgentSFTConfig) -> dict[str, Any]:
     """Play every row, write the demos; returns the counts that :func:`main` prints."""
-    from textwm.data.jsonl import write_jsonl
-    from textwm.envs.episode import FAILURE_REASONS
-    from textwm.eval.agents import OpenAIAgent
-    from textwm.eval.closed_loop import evaluate_agent_real, load_rows
 
     spec = get_env(config.env)
     starts = load_rows(spec, config.rows, tasks=config.tasks, limit=config.episodes)
@@ -173,7 +173,6 @@ def summary_text(summary: dict[str, Any], config: AgentSFTConfig) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``python -m textwm.eval.agent_sft ...``; exit 2 on bad input, 1 when every episode failed."""
-    from textwm.eval.run import input_errors, setup_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -19,6 +19,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from textwm.clients.openai import ChatClient, ChatRequestError, resolve_model_id
+from textwm.clients.retry import RetryPolicy
+from textwm.data.chat_encoder import ChatEncoder
+from textwm.generation.settings import DecodeSettings
+
 log = logging.getLogger(__name__)
 
 Conversation = Sequence[dict[str, str]]
@@ -117,7 +122,6 @@ class OpenAIAgent:
                  temperature: float = 0.0, top_p: float = 1.0, max_tokens: int = 256, concurrency: int = 32,
                  timeout_s: float = 120.0, max_retries: int = 3, extra_body: dict[str, Any] | None = None,
                  token_limit_field: str = "max_tokens"):
-        from textwm.clients.retry import RetryPolicy
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -137,7 +141,6 @@ class OpenAIAgent:
 
     def check(self) -> str:
         """Resolve (or confirm) the model id; raises :class:`AgentError` if the endpoint is unreachable."""
-        from textwm.clients.openai import ChatRequestError, resolve_model_id
 
         try:
             listed = self._loop.run_until_complete(resolve_model_id(self.api_url, api_key=self.api_key))
@@ -147,8 +150,6 @@ class OpenAIAgent:
         return self.model
 
     async def _complete_all(self, conversations: Sequence[Conversation]) -> list[str | AgentError]:
-        from textwm.clients.openai import ChatClient, ChatRequestError
-
         if self._client is None:
             self._client = ChatClient(self.api_url, model=self.model, api_key=self.api_key, timeout_s=self.timeout_s,
                                       retry=self.retry, max_connections=self.concurrency)
@@ -196,9 +197,7 @@ class LocalAgent:
                  top_p: float = 1.0, top_k: int = 0, max_tokens: int = 256, batch_size: int = 8,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, block_length: int = 4, denoising_steps: int = 4,
                  seed: int | None = None):
-        from textwm.data.chat_encoder import ChatEncoder
         from textwm.generation.decoders import make_decoder
-        from textwm.generation.settings import DecodeSettings
         from textwm.models.checkpoint import load_model
 
         if batch_size < 1:

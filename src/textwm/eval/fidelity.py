@@ -19,11 +19,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from textwm.clients.openai import ChatRequestError, resolve_model_id
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.data.schema import validate_target_row
 from textwm.eval.episodes import fmt, fmt_ci
-from textwm.generation.api import ApiGenerationConfig
+from textwm.generation.api import ApiGenerationConfig, generate_file
+from textwm.generation.runner import EvalGenerateConfig, run
 from textwm.generation.settings import DecodeSettings
+from textwm.metrics import report
+from textwm.metrics.mauve import DEFAULT_FEATURIZER
+from textwm.metrics.scorer import ScoreOptions, score_file
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +65,6 @@ class CheckpointWM:
 
 
 def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationConfig) -> tuple[int, dict[str, Any]]:
-    from textwm.clients.openai import ChatRequestError, resolve_model_id
-    from textwm.generation.api import generate_file
-
     try:  # resolved here so that an unreachable endpoint is one clear error, not a file of ERROR rows
         model = wm.model or asyncio.run(resolve_model_id(wm.api_url, api_key=wm.api_key))
     except ChatRequestError as exc:
@@ -73,8 +75,6 @@ def _generate_endpoint(name: str, data: Path, outputs: Path, wm: ApiGenerationCo
 
 
 def _generate_checkpoint(name: str, data: Path, out: Path, wm: CheckpointWM) -> tuple[int, dict[str, Any]]:
-    from textwm.generation.runner import EvalGenerateConfig, run
-
     config = EvalGenerateConfig(model_path=wm.path, data_dir=str(data.parent), datasets=[name], output_dir=str(out),
                                 file_pattern=f"{{name}}{data.suffix}", num_gpus=wm.num_gpus, per_batch=wm.per_batch,
                                 prompt_truncate=wm.prompt_truncate, decode=wm.decode)
@@ -110,9 +110,6 @@ def wm_fidelity_single_step(transitions: str | Path, output_dir: str | Path, wm:
         ``{"dataset", "rows", "generator", "failed_requests", "summary" (the scorer's keys), "exact_match_by_source",
         "exact_match_by_task", "files"}``.
     """
-    from textwm.metrics import report
-    from textwm.metrics.mauve import DEFAULT_FEATURIZER
-    from textwm.metrics.scorer import ScoreOptions, score_file
 
     transitions = Path(transitions)
     rows = read_jsonl(transitions, validate=validate_target_row).rows  # a bad row fails before any generation

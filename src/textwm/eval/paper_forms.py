@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textwm.config import ConfigCLI, option
+from textwm.data.jsonl import read_jsonl, write_json
+from textwm.eval.paper_outputs import sciworld_json, sciworld_report
 from textwm.eval.run import MODES
 
 #: Where the paper's eval_openai.py went (the ``openai`` client's default base URL, or $OPENAI_BASE_URL).
@@ -140,8 +142,6 @@ def write_sciworld_paper_json(paper_argv: list[str]) -> Path:
     """After a paper-form run (``CKPT ROWS LABEL GPU [flags]``): the paper's ``eval_<LABEL>.json`` beside our
     output dir (``data/eval_<LABEL>/`` -> ``data/eval_<LABEL>.json``), mapped from its ``episodes_real.jsonl``
     (:func:`textwm.eval.paper_outputs.sciworld_json`); prints the paper's closing lines. Returns the path."""
-    from textwm.data.jsonl import read_jsonl, write_json
-    from textwm.eval.paper_outputs import sciworld_json, sciworld_report
 
     flags = sciworld_argv(paper_argv)
     out_dir = Path(_last(flags, "--output-dir") or "")

@@ -32,8 +32,21 @@ from pathlib import Path
 from typing import Any
 
 from textwm.cli_checks import check_output_dir
+from textwm.clients.wm import WMClient
 from textwm.config import ConfigCLI, ConfigError, config_dict, option
+from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.envs.blocking import BlockingPool
+from textwm.envs.protocol import EnvError
 from textwm.envs.registry import env_names, get_env
+from textwm.envs.sim_cache import SimTaskCache
+from textwm.envs.simulator import Simulator, anchors_enabled, guard_enabled
+from textwm.eval.agents import AgentError, ExpertAgent, LocalAgent, OpenAIAgent
+from textwm.eval.closed_loop import EvalInputError
+from textwm.eval.episodes import EpisodeRecord, summary_markdown
+from textwm.eval.fidelity import FidelityError, closed_loop_markdown
+from textwm.generation.api import ApiGenerationConfig
+from textwm.generation.settings import DecodeSettings
+from textwm.metrics.report import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +162,6 @@ class EvalConfig:
 
     def use_local_responder(self) -> bool:
         """The ``--wm-guard`` switch, else the env's ``<ENV>_WM_GUARD``, else on."""
-        from textwm.envs.simulator import guard_enabled
 
         return guard_enabled(get_env(self.env).guard_env) if self.wm_guard == "" else self.wm_guard == "1"
 
@@ -170,7 +182,6 @@ def _must_exist(flag: str, path: str, what: str) -> None:
 
 def make_agent(config: EvalConfig) -> Any:
     """The agent of ``config``; an endpoint agent is checked for reachability here."""
-    from textwm.eval.agents import ExpertAgent, LocalAgent, OpenAIAgent
 
     if config.agent == "expert":
         return ExpertAgent(get_env(config.env))
@@ -189,8 +200,6 @@ def check_wm_endpoint(endpoint: str, timeout_s: float = 10.0) -> None:
     """Fail fast when the WM proxy is down or says its upstream is (``GET /health``)."""
     import httpx
 
-    from textwm.eval.closed_loop import EvalInputError
-
     url = httpx.URL(endpoint).join("/health")
     try:
         resp = httpx.get(url, timeout=timeout_s)  # /health needs no API key
@@ -204,18 +213,11 @@ def check_wm_endpoint(endpoint: str, timeout_s: float = 10.0) -> None:
 
 
 def _write_episodes(path: Path, records: list[Any]) -> None:
-    from textwm.data.jsonl import write_jsonl
-
     write_jsonl(path, [r.to_dict() for r in records])
 
 
 def run(config: EvalConfig) -> dict[str, Any]:
     """Run the evaluation of ``config``; writes the output files and returns everything they hold."""
-    from textwm.clients.wm import WMClient
-    from textwm.data.jsonl import atomic_write, write_json
-    from textwm.envs.blocking import BlockingPool
-    from textwm.envs.sim_cache import SimTaskCache
-    from textwm.envs.simulator import Simulator, anchors_enabled
     from textwm.eval import closed_loop as cl
     from textwm.eval import fidelity as fid
 
@@ -292,10 +294,7 @@ def run(config: EvalConfig) -> dict[str, Any]:
 
 def _replay_file(spec: Any, config: EvalConfig, out: Path, results: dict[str, Any]) -> dict[str, Any]:
     """The ``w2r`` mode: an agent-wm run's episodes replayed in the real env, and the per-step agreement."""
-    from textwm.data.jsonl import atomic_write, read_jsonl, write_json
-    from textwm.envs.blocking import BlockingPool
     from textwm.eval import closed_loop as cl
-    from textwm.eval.episodes import EpisodeRecord
 
     records = [EpisodeRecord.from_dict(r) for r in read_jsonl(config.wm_episodes).rows]
     starts = {s.task_id: s for s in cl.load_rows(spec, config.rows, need_sim=False, tasks=config.tasks)}
@@ -322,8 +321,6 @@ def _replay_file(spec: Any, config: EvalConfig, out: Path, results: dict[str, An
 
 def _single_step_wm(config: EvalConfig) -> Any:
     from textwm.eval import fidelity as fid
-    from textwm.generation.api import ApiGenerationConfig
-    from textwm.generation.settings import DecodeSettings
 
     if config.wm_url:
         return ApiGenerationConfig(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
@@ -335,10 +332,6 @@ def _single_step_wm(config: EvalConfig) -> Any:
 
 
 def markdown(results: dict[str, Any], config: EvalConfig) -> str:
-    from textwm.eval.episodes import summary_markdown
-    from textwm.eval.fidelity import closed_loop_markdown
-    from textwm.metrics.report import markdown_table
-
     title = get_env(config.env).title or config.env
     lines = [f"# {title} evaluation ({config.mode})", ""]
     if "agent" in results:
@@ -392,11 +385,6 @@ def setup_logging() -> None:
 
 def input_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input (files, rows, endpoints, checkpoints): exit 2 with the message."""
-    from textwm.data.jsonl import DataError
-    from textwm.envs.protocol import EnvError
-    from textwm.eval.agents import AgentError
-    from textwm.eval.closed_loop import EvalInputError
-    from textwm.eval.fidelity import FidelityError
 
     errors: tuple[type[BaseException], ...] = (DataError, EvalInputError, AgentError, FidelityError, EnvError,
                                                ConfigError)

@@ -33,8 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.clients.wm import WMClient
+from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.envs.local_server import local_env_server
+from textwm.envs.registry import get_env
+from textwm.envs.task_types import write_agent_files
+from textwm.eval.paired import compare, load_episodes, sign_test_over_runs
+from textwm.eval.run import EvalConfig, run
 from textwm.experiments.common import AGENT_FILES, BLOCKS, ComparisonError
-from textwm.training.agent_sft import sft_agent_path
+from textwm.generation.settings import DecodeSettings
+from textwm.rl.in_wm import GRPOInWM, grpo_checkpoints, run_grpo_in_wm
+from textwm.serving.local_stack import local_wm_stack
+from textwm.training.agent_sft import AgentSFT, sft_agent_path, sft_checkpoints, train_agent_on_demos
 
 #: The real-env figures kept per agent (textwm.eval.episodes.summarize): the failures too, so that episodes an
 #: agent or env error ended (counted as unsuccessful) are shown, not folded into a plausible 0.
@@ -93,9 +103,6 @@ def _write_agent_data(comparison: Any) -> None:
     """With ``agent_tasks``: keep those task types' rows of the task rows and demos (the world models still learned
     every type); a type with no row is refused, naming the types the file has. With ``calibration_episodes``: the
     N held-out rows (a seeded sample) become the calibration set, the rest stay the held-out rows of the final runs."""
-    from textwm.data.jsonl import read_jsonl, write_jsonl
-    from textwm.envs.registry import get_env
-    from textwm.envs.task_types import write_agent_files
 
     c = comparison.config
     data, out = comparison.path("data"), comparison.path("stage2_data")
@@ -174,8 +181,6 @@ def grpo_agents(comparison: Any) -> list[GRPOAgent]:
 
 
 def train_agent(comparison: Any) -> dict[str, Any]:
-    from textwm.training.agent_sft import AgentSFT, train_agent_on_demos
-
     c = comparison.config
     every = max(1, c.agent_sft_steps // c.agent_sft_checkpoints) if c.agent_sft_checkpoints > 1 else 0
     return train_agent_on_demos(AgentSFT(
@@ -189,7 +194,6 @@ def choose_sft_stop(comparison: Any) -> dict[str, Any]:
     """The SFT agent Stage 2 starts from: each kept SFT step on the calibration rows, in step order, up to the
     first whose success reaches ``agent_target_success`` (an agent with real success that leaves room to
     improve); when none does, the most successful (the earliest of equals)."""
-    from textwm.training.agent_sft import sft_checkpoints
 
     c = comparison.config
     tried = []
@@ -211,7 +215,6 @@ def _evaluate(comparison: Any, agent_path: Any, name: str, *, rows: str = "rl_te
     """``textwm.eval.run`` of an agent on the held-out task ``rows`` (Stage 2's copy, the first ``agent_episodes``
     of them): the real env alone, or with ``wm`` (the endpoint and its settings) also in the world model and
     replayed."""
-    from textwm.eval.run import EvalConfig, run
 
     c = comparison.config
     return run(EvalConfig(mode="all" if wm else "agent-real", env=c.env, output_dir=str(comparison.path(out, name)),
@@ -234,7 +237,6 @@ def _calibration_run(comparison: Any, agent_path: Any, name: str) -> dict[str, A
 def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
     """Real success on the calibration rows of the agent Stage 2 started from (step 0) and of every agent the GRPO
     run kept (every ``calibration_every`` steps)."""
-    from textwm.rl.in_wm import grpo_checkpoints
 
     done = comparison.state["done"]
     start = done.get("agent/sft_stop") or {}
@@ -249,9 +251,6 @@ def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
 def _served(comparison: Any, arm: Any) -> Any:
     """The arm's world model behind the proxy (greedy, the comparison's decoding settings)."""
     import torch
-
-    from textwm.generation.settings import DecodeSettings
-    from textwm.serving.local_stack import local_wm_stack
 
     c = comparison.config
     decode = DecodeSettings(gen_length=c.gen_length, temperature=0.0, denoising_steps=c.denoising_steps,
@@ -273,9 +272,6 @@ def fixed_agent_fidelity(comparison: Any, arm: Any) -> dict[str, Any]:
 def probe_world_model(comparison: Any, arm: Any) -> dict[str, Any]:
     """The env's probes of the arm's world model on the facts its held-out tasks turn on (``probes/<arm>/``;
     :meth:`EnvSpec.probe_world_model`), or a note that the env has none for these tasks."""
-    from textwm.clients.wm import WMClient
-    from textwm.data.jsonl import read_jsonl
-    from textwm.envs.registry import get_env
 
     c = comparison.config
     rows = read_jsonl(agent_data(comparison, "rl_test.jsonl")).rows
@@ -286,8 +282,6 @@ def probe_world_model(comparison: Any, arm: Any) -> dict[str, Any]:
 
 
 def grpo_in_arm(comparison: Any, arm: Any, agent: GRPOAgent) -> dict[str, Any]:
-    from textwm.rl.in_wm import run_grpo_in_wm
-
     run = _grpo_run(comparison, agent)
     with _served(comparison, arm) as endpoint:
         figures = run_grpo_in_wm(run, endpoint, comparison.path("grpo", agent.name), comparison.path("agent", agent.name),
@@ -298,8 +292,6 @@ def grpo_in_arm(comparison: Any, arm: Any, agent: GRPOAgent) -> dict[str, Any]:
 def _grpo_run(comparison: Any, agent: GRPOAgent, **where: Any) -> Any:
     """The Stage-2 GRPO run of the SFT agent (the same settings in every arm); ``where``: real-env rollouts."""
     import torch
-
-    from textwm.rl.in_wm import GRPOInWM
 
     c = comparison.config
     return GRPOInWM(env=c.env, rows=str(agent_data(comparison, "rl_train.jsonl")), agent_path=str(sft_agent(comparison)),
@@ -313,8 +305,6 @@ def _grpo_run(comparison: Any, agent: GRPOAgent, **where: Any) -> Any:
 
 def grpo_in_real(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
     """GRPO with every rollout in a real env server (started for the step, ``env_port``): the upper reference."""
-    from textwm.envs.local_server import local_env_server
-    from textwm.rl.in_wm import run_grpo_in_wm
 
     c = comparison.config
     with local_env_server(c.env, port=c.env_port, workers=c.workers, log_dir=comparison.path("stack", "env")) as url:
@@ -326,8 +316,6 @@ def grpo_in_real(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
 
 def paired_results(comparison: Any) -> dict[str, Any]:
     """Every GRPO agent against the SFT agent on the same held-out tasks; ``stage2_summary.json`` beside the report."""
-    from textwm.data.jsonl import write_json
-    from textwm.eval.paired import compare, load_episodes, sign_test_over_runs
 
     c, done = comparison.config, comparison.state["done"]
     before = load_episodes(comparison.path("agent_eval", "sft"))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from textwm.config import option
+from textwm.envs.registry import get_env
 from textwm.experiments.common import FAMILIES, RANDOM_INIT_REGIMES, REGIMES
 
 #: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
@@ -174,7 +175,6 @@ class ComparisonConfig:
     def create(cls, *, smoke: bool = False, **overrides: Any) -> ComparisonConfig:
         """The defaults (one H200; Stage 2 on the env builder's ``small_agent_tasks``), or with ``smoke`` a CPU
         setting of a few minutes (Stage 2 on every type of its small data); then ``overrides``."""
-        from textwm.envs.registry import get_env
 
         builder = get_env(overrides.get("env", cls.env)).dataset_builder()
         settings: dict[str, Any] = {"agent_tasks": getattr(builder, "small_agent_tasks", ())}

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import atomic_write
+from textwm.eval.episodes import fmt_ci
+from textwm.experiments.comparison_agents import grpo_agents, stage2_plan, wm_arms
+from textwm.metrics import report
+from textwm.rl.step_chart import GRPOCurves, steps_chart
 
 #: Arms whose greedy outputs are mostly empty are left out of the diversity leads (empty is not diverse).
 EMPTY_LIMIT = 0.5
@@ -127,7 +131,6 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
         import matplotlib
     except ImportError:
         return None
-    from textwm.experiments.comparison_agents import grpo_agents, wm_arms
 
     done = comparison.state["done"]
     agents = [("before GRPO", done.get("agent/eval/sft"))]
@@ -169,8 +172,6 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
 def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
     """Each GRPO run's curves per optimizer step and its agents' real success on the calibration rows
     (:func:`textwm.rl.step_chart.steps_chart`)."""
-    from textwm.experiments.comparison_agents import grpo_agents
-    from textwm.rl.step_chart import GRPOCurves, steps_chart
 
     done = comparison.state["done"]
     return steps_chart([GRPOCurves(a.name, done.get(a.grpo_key, {}).get("steps") or [],
@@ -180,7 +181,6 @@ def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
 
 def _calibration_lines(comparison: Any) -> list[str]:
     """The SFT stop chosen on the calibration rows, and each GRPO run's calibration curve, as text."""
-    from textwm.experiments.comparison_agents import grpo_agents
 
     c, done = comparison.config, comparison.state["done"]
     lines = []
@@ -200,8 +200,6 @@ def _calibration_lines(comparison: Any) -> list[str]:
 
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
-    from textwm.eval.episodes import fmt_ci
-    from textwm.experiments.comparison_agents import grpo_agents, stage2_plan, wm_arms
 
     c, done = comparison.config, comparison.state["done"]
     if not c.stage2:
@@ -307,8 +305,6 @@ def _real_episodes(done: dict[str, Any]) -> Any:
 
 
 def write_report(comparison: Any) -> Path:
-    from textwm.metrics import report
-
     c, done = comparison.config, comparison.state["done"]
     out = comparison.path("report.md")
     if not c.stage1:

@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from textwm.data.text import normalize
+from textwm.metrics.diversity import distinct_n, self_bleu
+from textwm.metrics.scorer import ERROR_PREFIX, read_predictions
+
 
 def sampled_diversity(prediction_files: list[Path]) -> dict[str, Any]:
     """Within-prompt diversity of several sampled decodings of the same prompts (one file per sample).
 
     Self-BLEU among each prompt's samples (leave-one-out, the scorer's definition), mean over prompts;
     Distinct-1/2 over every sample of every prompt (the normalised texts the scorer scores)."""
-    from textwm.data.text import normalize
-    from textwm.metrics.diversity import distinct_n, self_bleu
-    from textwm.metrics.scorer import ERROR_PREFIX, read_predictions
 
     by_prompt: dict[str, list[str]] = {}
     errors = 0
@@ -46,8 +47,6 @@ def sampled_decode_rate(pass_folders: list[Path]) -> float | None:
 def empty_share(prediction_file: Path) -> float:
     """Share of a decoding's predictions that are empty once normalised (an untrained diffusion model often
     stops at once: its 'diversity' is then no diversity, and the report says so)."""
-    from textwm.data.text import normalize
-    from textwm.metrics.scorer import read_predictions
 
     rows, _ = read_predictions(prediction_file)
     return round(sum(not normalize(r.prediction).strip() for r in rows) / max(len(rows), 1), 4)

@@ -28,6 +28,11 @@ from typing import Any
 
 from textwm.data.jsonl import write_json
 from textwm.experiments.common import BLOCKS, ComparisonError
+from textwm.experiments.decodings import empty_share, sampled_diversity
+from textwm.generation.runner import EvalGenerateConfig, run_passes
+from textwm.generation.settings import DecodeSettings
+from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.training.config import SFTConfig
 
 #: The file of an arm's finished epochs, beside its checkpoints.
 EPOCHS_FILE = "epochs.json"
@@ -88,7 +93,6 @@ def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
     its figures are the last epoch's, its ``epochs`` every epoch's)."""
     import torch
 
-    from textwm.training.config import SFTConfig
     from textwm.training.trainer import train
 
     c = comparison.config
@@ -155,9 +159,6 @@ def greedy_passes(comparison: Any, arm: Any) -> list[tuple[str, int]]:
 def _decode(comparison: Any, model: Path, folder: Path, passes: list[tuple[str, float, int | None, int]]) -> None:
     import torch
 
-    from textwm.generation.runner import EvalGenerateConfig, run_passes
-    from textwm.generation.settings import DecodeSettings
-
     c = comparison.config
     shutil.rmtree(folder, ignore_errors=True)      # a decoding cut short is redone whole
     run_passes([EvalGenerateConfig(
@@ -216,8 +217,6 @@ def generate_arm(comparison: Any, arm: Any) -> None:
 
 def score_arm(comparison: Any, arm: Any) -> dict[str, Any]:
     """Every epoch's greedy scores (with bootstrap intervals), and diversity against fidelity per temperature."""
-    from textwm.experiments.decodings import empty_share, sampled_diversity
-    from textwm.metrics.scorer import ScoreOptions, score_file
 
     c = comparison.config
     # MAUVE's interval costs one MAUVE call (~10 s for 1,000 rows on 2 cores) per resample: a few suffice for its

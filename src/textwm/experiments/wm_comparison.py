@@ -52,6 +52,7 @@ from textwm.experiments.common import (
     REGIMES,
     ComparisonError,
 )
+from textwm.experiments.comparison_agents import run_stage2
 from textwm.experiments.comparison_config import (
     EPOCH_SETTINGS,
     NON_RESULT_SETTINGS,
@@ -59,8 +60,13 @@ from textwm.experiments.comparison_config import (
     STAGE2_STEPS,
     ComparisonConfig,
 )
+from textwm.experiments.comparison_report import write_report
 from textwm.experiments.decodings import empty_share, sampled_decode_rate, sampled_diversity
 from textwm.experiments.same_data import check_same_data, check_same_epochs
+from textwm.generation.runner import EvalGenerateConfig, run_passes
+from textwm.generation.settings import DecodeSettings
+from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.training.config import SFTConfig
 
 __all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
            "ComparisonError", "plan_arms"]
@@ -210,7 +216,6 @@ class Comparison:
             return None
         for arm in scored:
             self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
-        from textwm.experiments.comparison_report import write_report
 
         report = write_report(self)     # the world models' report first: a Stage-2 failure does not lose it
         if self.config.stage2 and until == "scores":
@@ -228,8 +233,6 @@ class Comparison:
     def _stage2_alone(self, until: str) -> Path | None:
         """``run`` with ``stage1`` off: Stage 2's steps (``agents``, ``report``), then the report (``report``,
         ``scores``)."""
-        from textwm.experiments.comparison_agents import run_stage2
-        from textwm.experiments.comparison_report import write_report
 
         if until in ("agents", "report"):
             run_stage2(self)
@@ -387,7 +390,6 @@ class Comparison:
             return train_by_epochs(self, arm)
         import torch
 
-        from textwm.training.config import SFTConfig
         from textwm.training.trainer import train
 
         c = self.config
@@ -424,9 +426,6 @@ class Comparison:
         for all of them (:func:`textwm.generation.runner.run_passes`)."""
         import torch
 
-        from textwm.generation.runner import EvalGenerateConfig, run_passes
-        from textwm.generation.settings import DecodeSettings
-
         c = self.config
         folder = self.path("eval", arm.folder)
         shutil.rmtree(folder, ignore_errors=True)      # a decoding cut short is redone whole
@@ -448,7 +447,6 @@ class Comparison:
 
     def score_arm(self, arm: Arm) -> dict[str, Any]:
         """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""
-        from textwm.metrics.scorer import ScoreOptions, score_file
 
         if arm.regime == "pretrained":
             from textwm.experiments.pretrained_regime import score_arm

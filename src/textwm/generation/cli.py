@@ -13,6 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textwm.config import ConfigCLI
+from textwm.data.jsonl import DataError
+from textwm.data.markers import SKIPPED_OVERLONG
+from textwm.generation.runner import EvalGenerateConfig, run
+
 log = logging.getLogger(__name__)
 
 
@@ -47,8 +52,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
     :class:`WeDLMEvalGenerateConfig`); default the class itself. ``noop_flags``: the paper's flags this script
     accepts and ignores with a notice (:data:`SDAR_DIR`, :data:`GPU_MEMORY_UTILIZATION`).
     """
-    from textwm.config import ConfigCLI
-    from textwm.generation.runner import EvalGenerateConfig
 
     cli = ConfigCLI(config_cls or EvalGenerateConfig, prog=prog, description=description)
     for noop in noop_flags:
@@ -62,8 +65,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
     for noop in noop_flags:
         _notice(noop, getattr(extra, noop.dest))
 
-    from textwm.data.jsonl import DataError
-    from textwm.generation.runner import run
     from textwm.models.checkpoint import CheckpointError
 
     try:
@@ -84,7 +85,6 @@ def _notice(noop: NoOpFlag, value: Any) -> None:
 
 def _summary_line(name: str, stats: dict[str, Any], *, counts_overlong: bool) -> str:
     """``<name>: N rows -> <file> (E ERROR rows)``, plus the SKIPPED_OVERLONG count under ``--max-model-len``."""
-    from textwm.data.markers import SKIPPED_OVERLONG
 
     line = f"{name}: {stats['rows']} rows -> {stats['output']} ({stats['errors']} ERROR rows)"
     if counts_overlong:

@@ -28,6 +28,7 @@ from typing import Any
 
 from textwm.cli_checks import check_output_dir
 from textwm.config import ConfigError, config_dict, option
+from textwm.data.chat_encoder import ChatEncoder
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.schema import split_prompt_target, validate_target_row
@@ -210,7 +211,6 @@ def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device:
                      label: str = "cpu") -> list[ShardResult]:
     """Decode ``jobs`` once per config on ``device`` with one model load (the configs differ in their decoding
     settings alone: :func:`run_passes`)."""
-    from textwm.data.chat_encoder import ChatEncoder
     from textwm.generation.decoders import make_decoder
     from textwm.models.checkpoint import load_model
 

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm._optional import require
+from textwm.data.jsonl import read_jsonl
 from textwm.metrics.diversity import (
     SELF_BLEU_MAX_SAMPLES,
     distinct_n,
@@ -117,7 +118,6 @@ class ScoredRows:
     @classmethod
     def from_file(cls, path: str | Path) -> ScoredRows:
         """Read a ``<name>_scored.jsonl`` that :func:`textwm.metrics.scorer.score_file` wrote."""
-        from textwm.data.jsonl import read_jsonl
 
         return cls.from_records(read_jsonl(path).rows)
 

@@ -24,6 +24,7 @@ from textwm.metrics.bootstrap import MAUVE_RESAMPLES
 from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
 from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
 from textwm.metrics.overlap import ROUGE_IMPLS
+from textwm.metrics.scorer import ScoreOptions, read_predictions, score_and_write
 
 DESCRIPTION = """Score world-model predictions: exact/semantic match, ROUGE-L, BLEU-1, Self-BLEU,
 Distinct-1/2 and MAUVE. Reads <input-dir>/<file-pattern> for each dataset (rows with
@@ -175,7 +176,6 @@ def main(argv: list[str] | None = None, *, predictions: PredictionSource | None 
 
 def _score(c: ScoreConfig) -> int:
     from textwm.metrics import report
-    from textwm.metrics.scorer import ScoreOptions, read_predictions, score_and_write
 
     files = {name: Path(c.input_dir) / c.file_pattern.format(name=name) for name in c.datasets}
     missing = [str(path) for path in files.values() if not path.is_file()]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.config import option
+from textwm.config import ConfigCLI, ConfigError, option
 from textwm.models.hub import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -365,8 +365,6 @@ class PretrainedConfig:
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.models.pretrained") -> int:
-    from textwm.config import ConfigCLI, ConfigError
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = ConfigCLI(PretrainedConfig, prog=prog,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.data.schema import parse_messages
+
 log = logging.getLogger(__name__)
 
 ENDOFTEXT = "<|endoftext|>"
@@ -201,7 +203,6 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
 
 def chat_texts(rows: Iterable[dict]) -> Iterable[str]:
     """Every message content of chat rows (tokenizer training corpus); ``messages`` a list or a JSON string."""
-    from textwm.data.schema import parse_messages
 
     for row in rows:
         for message in parse_messages(row["messages"]):

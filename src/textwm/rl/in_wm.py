@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from textwm.envs.registry import get_env
+from textwm.rl.launch import GRPOConfig, swift_model_args
+from textwm.rl.launch import run as run_grpo
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,6 @@ def run_grpo_in_wm(run: GRPOInWM, endpoint: str, out: Path, agent_out: Path, log
     env server at ``run.real_env_url``; ``endpoint`` unused); the trained agent goes to ``agent_out``.
 
     Raises ``RuntimeError`` naming the log when swift exits non-zero. Returns the figures of the run."""
-    from textwm.rl.launch import GRPOConfig, swift_model_args
-    from textwm.rl.launch import run as run_grpo
 
     shutil.rmtree(out, ignore_errors=True)
     extra = {"lr": run.learning_rate} if run.learning_rate is not None else {}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm.config import ConfigCLI, ConfigError, option
-from textwm.data.jsonl import DataError
+from textwm.data.jsonl import DataError, read_json, write_json
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
 from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, REAL_SESSIONS, REAL_SESSIONS_VAR, ROLLOUT_ENV_VAR
@@ -99,7 +99,6 @@ def swift_model_args(model_path: str | os.PathLike) -> tuple[str, str]:
     Raises:
         ConfigError: an architecture with no entry (name the pair with --model-type and --template).
     """
-    from textwm.data.jsonl import read_json
 
     model_type = read_json(Path(model_path) / "config.json").get("model_type")
     if model_type not in SWIFT_MODEL_ARGS:
@@ -393,7 +392,6 @@ CONFIG_RECORD = "textwm_grpo_config.json"
 
 def record_config(config: GRPOConfig) -> Path:
     """Write the resolved config (the world model's sampling included) to ``<output_dir>/`` :data:`CONFIG_RECORD`."""
-    from textwm.data.jsonl import write_json
 
     c = config.resolved()
     path = Path(c.output_dir) / CONFIG_RECORD

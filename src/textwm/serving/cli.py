@@ -17,8 +17,18 @@ from typing import TYPE_CHECKING
 
 from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
-from textwm.serving.launch import BACKENDS, BackendSpec, DllmFlags, server_decode_defaults, with_dllm_flags
-from textwm.serving.proxy import ProxyConfig
+from textwm.serving.launch import (
+    BACKENDS,
+    BackendSpec,
+    DllmFlags,
+    ManagedProcess,
+    health_url,
+    proxy_command,
+    server_command,
+    server_decode_defaults,
+    with_dllm_flags,
+)
+from textwm.serving.proxy import ProxyConfig, create_proxy_app
 from textwm.web import SERVER_KEEPALIVE_S, ServerSecurity, check_bind
 
 if TYPE_CHECKING:
@@ -173,8 +183,6 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
 
     import uvicorn
 
-    from textwm.serving.proxy import create_proxy_app
-
     log.info("WM proxy on %s:%d -> %s", config.host, config.port, config.proxy.upstream)
     uvicorn.run(create_proxy_app(config.proxy, config.security, host=config.host), host=config.host,
                 port=config.port, log_level="warning", timeout_keep_alive=SERVER_KEEPALIVE_S)
@@ -187,8 +195,6 @@ def stack_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
         return 2
     config = parsed[0]
     _logging("%(levelname)s %(message)s")
-
-    from textwm.serving.launch import ManagedProcess, health_url, proxy_command, server_command
 
     run_dir = Path(config.run_dir)
     server, proxy = ManagedProcess("wm_server", run_dir), ManagedProcess("wm_proxy", run_dir)

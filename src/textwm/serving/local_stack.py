@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from textwm.generation.settings import DecodeSettings
+from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "wm_server_metrics.prom"
@@ -52,7 +53,6 @@ def local_wm_stack(model_path: str | Path, *, log_dir: Path, wm_port: int, proxy
                    server_timeout_s: float = 180, proxy_timeout_s: float = 120) -> Iterator[str]:
     """Serve ``model_path`` (native backend) behind the proxy; yields the proxy's endpoint. Both processes are
     stopped when the block ends, also on an error (their logs stay in ``log_dir``)."""
-    from textwm.serving.launch import BackendSpec, ManagedProcess, proxy_command, server_command
 
     check_ports_free(wm_port, proxy_port)
     server, proxy = ManagedProcess("wm_server", log_dir), ManagedProcess("wm_proxy", log_dir)

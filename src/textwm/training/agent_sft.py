@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.data.agent_turns import agent_turn_rows
 from textwm.data.jsonl import read_jsonl, write_jsonl
+from textwm.training.config import SFTConfig
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,7 @@ def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
         raise ValueError(f"agent SFT steps must be >= 1 and save_every >= 0, got {job.steps} and {job.save_every}")
     import shutil
 
-    from textwm.data.agent_turns import agent_turn_rows
     from textwm.models.tiny import build_tiny_checkpoint, chat_texts
-    from textwm.training.config import SFTConfig
     from textwm.training.trainer import train
 
     out = Path(job.out)

@@ -10,20 +10,18 @@ from __future__ import annotations
 import logging
 import sys
 
+from textwm.config import ConfigCLI, ConfigError, leaves
+from textwm.data.jsonl import DataError
+from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
+from textwm.training.paper_keys import expand_paper_argv
+
 
 def list_keys() -> None:
-    from textwm.config import leaves
-    from textwm.training.config import SFTConfig
-
     for leaf in leaves(SFTConfig):
         print(f"{leaf.key:30s} {leaf.default!r:24s} {leaf.help}")
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None, description: str = "") -> int:
-    from textwm.config import ConfigCLI, ConfigError
-    from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
-    from textwm.training.paper_keys import expand_paper_argv
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--list-keys" in argv:
         list_keys()
@@ -39,7 +37,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from textwm.data.jsonl import DataError
     from textwm.models.checkpoint import CheckpointError
     from textwm.training.trainer import train
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from textwm import config
 from textwm.config import ConfigError
+from textwm.data.jsonl import atomic_write
 from textwm.training.paper_keys import read_paper_config
 from textwm.training.sft_config import (
     IGNORED_LLAMAFACTORY_KEYS,
@@ -50,8 +51,6 @@ def save_config(cfg: SFTConfig, path: str | Path) -> None:
     """Write the resolved config as YAML (atomically) next to the outputs it produced; :func:`load_config` reads
     it back."""
     import yaml
-
-    from textwm.data.jsonl import atomic_write
 
     with atomic_write(path) as f:
         f.write("# resolved textwm SFT config (every key, defaults included)\n")

@@ -17,6 +17,7 @@ from typing import Any
 
 from textwm import config
 from textwm.config import ConfigError
+from textwm.data.jsonl import DataError, read_json
 from textwm.training.deepspeed_paths import resolve_deepspeed
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,6 @@ class SFTConfig:
         """The training JSONL: ``train_file``, or ``dataset`` looked up in ``dataset_info.json``."""
         if self.train_file:
             return Path(self.train_file)
-        from textwm.data.jsonl import DataError, read_json
 
         info_path = Path(self.dataset_dir) / "dataset_info.json"
         info = read_json(info_path)

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from textwm.data.jsonl import DataError, read_jsonl
+from textwm.cli_checks import check_output_dir
+from textwm.data.jsonl import DataError, read_json, read_jsonl, write_json
 from textwm.data.schema import validate_target_row
 from textwm.diffusion.noisy_stream import length_multiple
 from textwm.diffusion.sdar import IGNORE_INDEX
@@ -197,8 +198,6 @@ class SaveDataSeen(TrainerCallback):
         self.trainer = trainer
 
     def on_save(self, args, state, control, **kwargs):
-        from textwm.data.jsonl import write_json
-
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
             write_json(folder / DATA_SEEN_FILE, self.trainer.data_seen())
@@ -313,7 +312,6 @@ def prepare_reporting_and_deepspeed(config: SFTConfig) -> None:
     callback reads (the config wins, as in Tencent/WeDLM's ``wandb.init(project=...)``), and a DeepSpeed
     config generated from the paper's WeDLM keys written to ``config.deepspeed`` (every rank writes the
     same file atomically)."""
-    from textwm.data.jsonl import write_json
 
     if "wandb" in config.report_to:
         for key, env in WANDB_ENV.items():
@@ -332,7 +330,6 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
     if not torch.cuda.is_available():
         log.info("memory check: no CUDA device, nothing to check")
         return
-    from textwm.data.jsonl import read_json
 
     tile = 128 if attn_implementation == "flex_attention" else 1
     longest = max(len(r) for r in rows.rows)
@@ -354,7 +351,6 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
 
 def train(config: SFTConfig) -> TrainResult:
     """Run SFT as configured; returns where the final model is and the training loss."""
-    from textwm.cli_checks import check_output_dir
 
     check_output_dir(config.output_dir, "output_dir")  # before loading anything: a bad path fails in a second
     for what, path in (("train_file", config.resolve_train_file()), ("eval_file", config.eval_file)):

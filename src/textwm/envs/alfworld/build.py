@@ -37,13 +37,13 @@ from textwm.config import option
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.alfworld import agent, paper_prompt
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
-from textwm.envs.alfworld.gamebank import EXPERT_STEPS
+from textwm.envs.alfworld.gamebank import EXPERT_STEPS, generate_games
 from textwm.envs.alfworld.games import GAME_FILE, read_scene
 from textwm.envs.alfworld.responder import respond
 from textwm.envs.alfworld.scene import Scene
 from textwm.envs.alfworld.sim import LAYOUTS, wm_query_of
 from textwm.envs.alfworld.tracker import Tracker
-from textwm.envs.build import BuildConfig, Job, JobResult, job_seed
+from textwm.envs.build import BuildConfig, Job, JobResult, job_seed, main
 
 #: Game folders' splits -> the dataset's split names.
 SPLIT_OF = {"train": "train", "eval_in_distribution": "dev", "eval_out_of_distribution": "test"}
@@ -202,7 +202,6 @@ class AlfWorldBuilder:
     def demo_config(self, out_dir: Path, demo: Any) -> AlfWorldBuildConfig:
         """The demo's build: games generated into ``<out_dir>/../games`` (``train_variations`` per task type for
         train, ``test_variations`` per type on unseen floor plans for test), one exploratory episode each."""
-        from textwm.envs.alfworld.gamebank import generate_games
 
         games = Path(out_dir).parent / "games"
         per_type = {"train": demo.train_variations, "eval_in_distribution": 0,
@@ -313,7 +312,6 @@ def paper_argv(argv: list[str], *, kind: str) -> tuple[list[str], Path | None, s
 def paper_main(argv: list[str] | None = None, *, kind: str, prog: str) -> int:
     """alfworld/build_dataset.py (``kind`` "rl") and build_sft_expert.py ("sft"): with ``--out FILE``, that split
     is built into a scratch folder beside FILE and only its ``{kind}_{split}.jsonl`` is kept, as FILE."""
-    from textwm.envs.build import main
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:

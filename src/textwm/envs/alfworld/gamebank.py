@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigError, option
+from textwm.cli_checks import check_output_dir
+from textwm.config import ConfigCLI, ConfigError, option
+from textwm.data.jsonl import DataError, read_jsonl
 from textwm.envs.alfworld.alfred import TASK_TYPES
 from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots
 from textwm.envs.alfworld.games import GAME_FILE, thor_class, write_game
 from textwm.envs.alfworld.generate import SPLITS, GameSpec, can_host, sample_scene, split_floor_plans
 from textwm.envs.alfworld.scene import Scene
+from textwm.envs.registry import get_env
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +232,6 @@ def download(out_dir: str | Path, timeout_s: float = 3600.0) -> Path:
 
 def rebuild_from_rows(rows_path: str, out_dir: str | Path) -> dict[str, int]:
     """The game of every row under ``out_dir`` (rows are read, and refused with file:line, by the env's spec)."""
-    from textwm.data.jsonl import read_jsonl
-    from textwm.envs.registry import get_env
 
     spec = get_env("alfworld")
     starts = read_jsonl(rows_path, validate=lambda row: spec.load_row(row, need_sim=True)).rows
@@ -243,10 +244,6 @@ def rebuild_from_rows(rows_path: str, out_dir: str | Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None, prog: str = "alfworld/build_games.py") -> int:
     import sys
-
-    from textwm.cli_checks import check_output_dir
-    from textwm.config import ConfigCLI
-    from textwm.data.jsonl import DataError
 
     parsed = ConfigCLI(BuildGamesConfig, prog=prog, description=BuildGamesConfig.__doc__,
                        key_values=False).parse_or_report(list(sys.argv[1:] if argv is None else argv))

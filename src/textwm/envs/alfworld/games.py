@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from textwm.data.jsonl import write_json
 from textwm.envs.alfworld import alfred
 from textwm.envs.alfworld.scene import Scene, split_name
 
@@ -124,7 +125,6 @@ def traj_data(scene: Scene) -> dict[str, Any]:
 
 def write_game(scene: Scene, game_dir: str | Path, *, walkthrough: list[str] | None = None) -> Path:
     """Write ``game.tw-pddl`` and ``traj_data.json`` of ``scene`` into ``game_dir``; returns the game file."""
-    from textwm.data.jsonl import write_json
 
     domain, grammar = alfred.domain_and_grammar()
     game_dir = Path(game_dir)

@@ -19,9 +19,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from textwm.data.jsonl import DataError
+from textwm.data.jsonl import DataError, read_jsonl
 from textwm.envs.alfworld import agent, responder, reward
-from textwm.envs.alfworld.env import AlfWorldSessionConfig
+from textwm.envs.alfworld.build import AlfWorldBuilder
+from textwm.envs.alfworld.env import AlfWorldEnv, AlfWorldSessionConfig, games_roots, resolve_game
+from textwm.envs.alfworld.gamebank import games_for_rows
 from textwm.envs.alfworld.lenient import lenient_enabled
 from textwm.envs.alfworld.paper_form import AlfWorldPaperForm
 from textwm.envs.alfworld.rows import sim_task_of, task_id_from_game_file
@@ -74,7 +76,6 @@ class AlfWorldSpec(EnvSpec):
 
     def validate_task(self, task_id: str, config: AlfWorldSessionConfig | None = None) -> None:
         """The game exists under the session's games roots (before any game is loaded)."""
-        from textwm.envs.alfworld.env import games_roots, resolve_game
 
         resolve_game(task_id, games_roots((config or AlfWorldSessionConfig()).games_dir))
 
@@ -126,8 +127,6 @@ class AlfWorldSpec(EnvSpec):
     # --- real env -------------------------------------------------------------------------------------
 
     def open_session(self, config: AlfWorldSessionConfig | None = None) -> EnvSession:
-        from textwm.envs.alfworld.env import AlfWorldEnv
-
         return AlfWorldEnv(config)
 
     def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any,
@@ -135,9 +134,6 @@ class AlfWorldSpec(EnvSpec):
         """Every row's game: its own ``game_file`` or the downloaded one where it exists, else rebuilt from the row
         under ``work_dir`` (see :func:`~textwm.envs.alfworld.gamebank.games_for_rows`)."""
         from dataclasses import replace
-
-        from textwm.data.jsonl import read_jsonl
-        from textwm.envs.alfworld.gamebank import games_for_rows
 
         rows = read_jsonl(rows_path).rows
         by_id = {self.task_id_of(r): r for r in rows}
@@ -167,7 +163,5 @@ class AlfWorldSpec(EnvSpec):
         return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
-        from textwm.envs.alfworld.build import AlfWorldBuilder
-
         return AlfWorldBuilder()
 

@@ -33,9 +33,17 @@ from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import parse_messages
 from textwm.data.wm_message import wm_user_message
 from textwm.envs.appworld import agent, expert, tools
+from textwm.envs.appworld.apps_python import (
+    ENV_VAR,
+    REPO_VENV,
+    create_appworld_venv,
+    find_appworld_python,
+    repo_root,
+)
 from textwm.envs.appworld.calls import canonical
 from textwm.envs.appworld.demos import read_demo, world_of_demo
 from textwm.envs.appworld.generate import generate_rows
+from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig
 from textwm.envs.appworld.responder import respond, track_login
 from textwm.envs.appworld.wm_prompt import LAYOUTS, wm_query
 from textwm.envs.appworld.world import World, world_of_row
@@ -191,14 +199,6 @@ class AppWorldBuilder:
         there is none: ~45 s), ``train_variations`` per question kind for train and ``test_variations`` for test."""
         import logging
 
-        from textwm.envs.appworld.apps_python import (
-            ENV_VAR,
-            REPO_VENV,
-            create_appworld_venv,
-            find_appworld_python,
-            repo_root,
-        )
-
         try:
             find_appworld_python()
         except FileNotFoundError as exc:
@@ -284,8 +284,6 @@ class _LazyEnv:
         self.env: Any = None
 
     def get(self, job: Job, config: BuildConfig) -> Any:
-        from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig
-
         if self.env is None:
             self.env = AppWorldEnv(AppWorldSessionConfig(rows=[], appworld_python=config.appworld_python))
         self.env.add_task(job.meta["row"])

@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from textwm.config import ConfigError, option
-from textwm.data.jsonl import DataError
+from textwm.config import ConfigCLI, ConfigError, option
+from textwm.data.jsonl import DataError, read_jsonl, write_jsonl
+from textwm.data.schema import parse_messages
 from textwm.envs.appworld import agent, tools
 
 _TOOL_BLOCK = re.compile(r"<\|tool\|>(.*?)<\|/tool\|>", re.DOTALL)
@@ -100,8 +101,6 @@ def fix_call(content: str, report: FixReport) -> str:
 
 
 def fix_row(row: Mapping[str, Any], where: str, report: FixReport) -> dict[str, Any]:
-    from textwm.data.schema import parse_messages
-
     raw = row.get("messages")
     messages = [dict(m) for m in parse_messages(raw)]
     for i, m in enumerate(messages):
@@ -140,9 +139,6 @@ class FixToolsConfig:
 
 def main(argv: list[str] | None = None, prog: str = "appworld/fix_tool_names_and_schemas.py") -> int:
     import sys
-
-    from textwm.config import ConfigCLI
-    from textwm.data.jsonl import read_jsonl, write_jsonl
 
     parsed = ConfigCLI(FixToolsConfig, prog=prog, description=FixToolsConfig.__doc__,
                        key_values=False).parse_or_report(list(sys.argv[1:] if argv is None else argv))

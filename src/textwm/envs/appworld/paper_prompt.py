@@ -27,6 +27,8 @@ from collections.abc import Collection, Mapping, Sequence
 from importlib.resources import files
 from typing import Any
 
+from textwm._optional import require
+
 #: Tool -> the ``Database records`` section it reads.
 SECTION_BY_TOOL = {
     "spotify__show_song_library": "songs", "spotify__show_liked_songs": "songs", "spotify__search_songs": "songs",
@@ -389,7 +391,6 @@ def repair_wm_answer(text: str) -> str:
     JSON that does not load repaired by ``json_repair`` and written back (text that is no JSON at all comes out as
     ``""``, as there); a non-empty list becomes its first element; an object with a ``content`` key becomes that
     content's text. JSON that loads is kept as written."""
-    from textwm._optional import require
 
     text = re.sub(r"</?tool_response>", "", re.sub(r"<think>.*?</think>", "", text.strip(), flags=re.DOTALL).strip())
     text = text.strip()

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textwm.envs.appworld import agent, responder, reward
-from textwm.envs.appworld.real import AppWorldSessionConfig
+from textwm.envs.appworld.build import AppWorldBuilder
+from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
 from textwm.envs.appworld.wm_prompt import LAYOUTS, WM_PROMPT_ENV
 from textwm.envs.appworld.world import World, world_of_row
@@ -129,8 +130,6 @@ class AppWorldSpec(EnvSpec):
     # --- real env -------------------------------------------------------------------------------------
 
     def open_session(self, config: AppWorldSessionConfig | None = None) -> EnvSession:
-        from textwm.envs.appworld.real import AppWorldEnv
-
         return AppWorldEnv(config)
 
     def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any,
@@ -146,6 +145,4 @@ class AppWorldSpec(EnvSpec):
         return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
-        from textwm.envs.appworld.build import AppWorldBuilder
-
         return AppWorldBuilder()

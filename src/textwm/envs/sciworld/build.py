@@ -17,12 +17,13 @@ from typing import Any, ClassVar
 
 from textwm.config import option
 from textwm.envs.build import SPLITS, BuildConfig, Job, JobResult, job_seed
+from textwm.envs.sciworld.agent import rl_row, sft_row, start_messages
 from textwm.envs.sciworld.env import SciWorldEnv, task_catalog
 from textwm.envs.sciworld.explore import episode_actions
 from textwm.envs.sciworld.reward import SUCCESS_SCORE, goals_from_gold
 from textwm.envs.sciworld.tasks import bake_task, play_gold
 from textwm.envs.sciworld.tracker import EpisodeTracker
-from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
+from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES, wm_messages
 
 #: Task types of scripts/demo.sh (--env sciworld).
 DEMO_TASKS = ("boil", "melt", "find-living-thing", "test-conductivity", "lifespan-longest-lived",
@@ -50,8 +51,6 @@ class SciWorldBuildConfig(BuildConfig):
 def _transition(tracker: EpisodeTracker, state: tuple[str, str], action: str, observation: str, job: Job, step: int,
                 source: str, episode: str) -> dict[str, Any]:
     """One chat row; ``state`` = the real (room contents, inventory) when the action was taken."""
-    from textwm.envs.sciworld.agent import start_messages
-    from textwm.envs.sciworld.wm_prompt import wm_messages
 
     messages = [*wm_messages(tracker, action, start_messages=start_messages(tracker.task), room_contents=state[0],
                              inventory=state[1]),
@@ -104,7 +103,6 @@ class SciWorldBuilder:
 
     def run_job(self, env: SciWorldEnv, job: Job, config: BuildConfig) -> JobResult:
         """Play one variation's episodes: its transitions, RL row and SFT demo."""
-        from textwm.envs.sciworld.agent import rl_row, sft_row
 
         prompt_style = getattr(config, "prompt_style", "full")
         rng = random.Random(job.seed)

@@ -31,6 +31,10 @@ from typing import Any
 
 from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import write_jsonl
+from textwm.envs.sciworld.agent import AGENT_SYSTEM_PROMPT
+from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldEnv, new_env
+from textwm.envs.sciworld.paper_prompt import baked_prompt
+from textwm.envs.sciworld.tasks import bake_task
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,6 @@ def paper_variations(draw_train: Callable[[], int], draw_test: Callable[[], int]
 def draw_splits(tasks: Sequence[str] | None = None) -> dict[str, tuple[list[int], list[int]]]:
     """``{task: (train variations, test variations)}`` from a real ScienceWorld env, in the env's task order
     (``tasks``: only these names; ValueError naming unknown ones)."""
-    from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, new_env
 
     env = new_env()
     try:
@@ -100,8 +103,6 @@ def first_user_message(task_description: str, observation: str, *, prefix: str =
 def paper_row(task: Any, *, few_shot: Sequence[dict[str, str]] = (), max_turns: int = PAPER_MAX_TURNS) -> dict:
     """One split row in the paper's format (module docstring) of a baked :class:`~textwm.envs.sciworld.tracker.Task`;
     ``few_shot``: turns between the system prompt and the task's user message (the LFM variant)."""
-    from textwm.envs.sciworld.agent import AGENT_SYSTEM_PROMPT
-    from textwm.envs.sciworld.paper_prompt import baked_prompt
 
     prefix = "NEW TASK: " if few_shot else "Task: "
     messages = [{"role": "system", "content": AGENT_SYSTEM_PROMPT}, *few_shot,
@@ -133,8 +134,6 @@ def write_splits(out_dir: str | Path, *, variant: str = "full", tasks: Iterable[
                  max_turns: int = PAPER_MAX_TURNS) -> dict[str, list[dict[str, Any]]]:
     """Draw the splits, bake every variation's start state from the real env, and write the paper's two files of
     ``variant`` into ``out_dir`` (atomically); returns ``{file name: rows}``."""
-    from textwm.envs.sciworld.env import SciWorldEnv
-    from textwm.envs.sciworld.tasks import bake_task
 
     if variant not in FILE_NAMES:
         raise ValueError(f"variant must be one of {', '.join(FILE_NAMES)}, got {variant!r}")

@@ -31,6 +31,9 @@ from typing import Any
 from textwm.clients.wm import WMClient, WMError
 from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.envs.registry import get_env
+from textwm.envs.sciworld.env import SciWorldEnv
+from textwm.envs.sim_cache import SimTaskCache
 
 #: The actions the gold walk ends before (a focus ends a lifespan task).
 FOCUS = "focus on "
@@ -166,9 +169,6 @@ def run_probes(rows: Sequence[dict[str, Any]], wm: WMClient, out: Path, *, limit
                workers: int = 1) -> dict[str, Any]:
     """Every row's probes (the first ``limit``), ``workers`` real envs at a time (one JVM each; the world model
     batches their queries); writes ``probes.jsonl`` and ``probes.json`` in ``out``."""
-    from textwm.envs.registry import get_env
-    from textwm.envs.sciworld.env import SciWorldEnv
-    from textwm.envs.sim_cache import SimTaskCache
 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")

@@ -40,9 +40,18 @@ from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
 from textwm.envs.sciworld import agent, responder, reward
-from textwm.envs.sciworld.env import DEFAULT_SIMPLIFICATION, SciWorldSessionConfig, check_task, parse_task_id
+from textwm.envs.sciworld.build import SciWorldBuilder
+from textwm.envs.sciworld.env import (
+    DEFAULT_SIMPLIFICATION,
+    SciWorldEnv,
+    SciWorldSessionConfig,
+    check_task,
+    parse_task_id,
+    task_catalog,
+)
 from textwm.envs.sciworld.paper_form import SciWorldPaperForm
 from textwm.envs.sciworld.sim import SciWorldEpisode
+from textwm.envs.sciworld.tasks import bake_sim_task, sim_task_version
 from textwm.envs.sciworld.tracker import Task
 from textwm.envs.sciworld.wm_prompt import PROMPT_STYLES
 from textwm.envs.simulator import flag_from_env, wm_prompt_from_env
@@ -139,15 +148,11 @@ class SciWorldSpec(EnvSpec):
     def build_sim_task(self, session: EnvSession, task_id: str, reset_options: Mapping[str, Any]) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from textwm.envs.sciworld.tasks import bake_sim_task
-
         ref = parse_task_id(task_id)  # a _gen<k> copy plays its base task
         task = bake_sim_task(session, ref.task_id, simplification=reset_options.get("simplification"))
         return {**asdict(task), "task_id": task_id}
 
     def sim_task_version(self) -> str:
-        from textwm.envs.sciworld.tasks import sim_task_version
-
         return sim_task_version()
 
     # --- agent side, simulator, reward -----------------------------------------------------------------
@@ -187,14 +192,10 @@ class SciWorldSpec(EnvSpec):
     # --- real env -------------------------------------------------------------------------------------
 
     def open_session(self, config: SciWorldSessionConfig | None = None) -> EnvSession:
-        from textwm.envs.sciworld.env import SciWorldEnv
-
         config = config or SciWorldSessionConfig()
         return SciWorldEnv(step_limit=config.step_limit, simplification=config.simplification)
 
     def prepare_worker(self) -> dict[str, Any]:
-        from textwm.envs.sciworld.env import task_catalog
-
         return {"tasks": len(task_catalog())}  # one JVM, ~5 s; every later reset validates against it
 
     def end_reason(self, score: float) -> str:
@@ -226,6 +227,4 @@ class SciWorldSpec(EnvSpec):
         return responder.observed_frame(observation)
 
     def dataset_builder(self) -> Any:
-        from textwm.envs.sciworld.build import SciWorldBuilder
-
         return SciWorldBuilder()
