@@ -13,7 +13,6 @@ to ``--out``: joins, prompt tokens taken and computed, seconds in prefills, prom
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -23,19 +22,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_wm_trace import prompt_ids_of, rollouts_of
+from bench_wm_trace import prompt_ids_of, rollouts_of, tiny_model_for, trace_prompts
 
 from textwm.config import ConfigCLI, option
 from textwm.data.jsonl import read_jsonl, write_json
 from textwm.generation.engine import DecodeEngine
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import load_model
-
-
-def trace_prompts(rollouts: list[list[list[list[dict]]]]) -> list[list[dict]]:
-    """The turns' prompts in the order a GRPO step sends them: group by group, turn by turn, rollout by rollout."""
-    return [turns[t] for group in rollouts for t in range(max(len(r) for r in group)) for turns in group
-            if t < len(turns)]
 
 
 def run_arm(lm, prompts: list[list[int]], *, join: int, max_len: int, cache: bool, settings: DecodeSettings,
@@ -108,19 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = args.model_path
-    if model is None:
-        from textwm.models.tiny import build_tiny_checkpoint
-
-        texts = [m["content"] for row in rows[:200] for m in (json.loads(row["messages"])
-                                                              if isinstance(row["messages"], str) else row["messages"])]
-        model = str(build_tiny_checkpoint(Path(tempfile.mkdtemp(prefix="bench_prefill_")) / "model", texts,
-                                          family="sdar", vocab_size=600))
+    model = args.model_path or tiny_model_for(rows, Path(tempfile.mkdtemp(prefix="bench_prefill_")) / "model")
     encode = prompt_ids_of(model)
-    prompts = [ids for ids in map(encode, trace_prompts(rollouts)) if len(ids) < args.max_model_len]
+    all_prompts = [encode(prompt) for prompt in trace_prompts(rollouts)]
+    prompts = [ids for ids in all_prompts if len(ids) < args.max_model_len]
+    if len(prompts) < len(all_prompts):   # counted, so the figures say what they cover
+        print(f"{len(all_prompts) - len(prompts)} of {len(all_prompts)} prompts left out: not shorter than "
+              f"--max-model-len {args.max_model_len}")
     lm = load_model(model, device=args.device, dtype=args.dtype)
     settings = DecodeSettings(gen_length=1, temperature=0, block_length=args.block_length, denoising_steps=1)
     report = {"settings": dict(vars(args)), "model": model, "family": lm.spec.family, "prompts": len(prompts),
+              "prompts_left_out": len(all_prompts) - len(prompts),
               "arms": []}
     print(f"{len(prompts)} prompts ({sum(map(len, prompts))} tokens) in joins of {args.join}, {lm.spec.family}")
     for arm in args.arms:

@@ -143,6 +143,23 @@ def cache_counters(port: int) -> dict[str, float]:
     return server_metrics(port, {name: name for name in names})
 
 
+def trace_prompts(rollouts: list[list[list[list[dict]]]]) -> list[list[dict]]:
+    """The turns' prompts in the order a GRPO step sends them: group by group, turn by turn, rollout by rollout."""
+    return [turns[t] for group in rollouts for t in range(max(len(r) for r in group)) for turns in group
+            if t < len(turns)]
+
+
+def tiny_model_for(rows: list[dict], folder: Path) -> str:
+    """A tiny random SDAR checkpoint whose tokenizer is trained on ``rows``' messages (the CPU default model)."""
+    from textwm.models.tiny import (
+        build_tiny_checkpoint,  # torch and transformers: only when no model is given
+    )
+
+    texts = [m["content"] for row in rows[:200] for m in (json.loads(row["messages"])
+                                                          if isinstance(row["messages"], str) else row["messages"])]
+    return str(build_tiny_checkpoint(folder, texts, family="sdar", vocab_size=600))
+
+
 def prompt_ids_of(model: str):
     """A function from chat messages to the prompt's token ids, as the native server builds them."""
     from transformers import AutoTokenizer
@@ -194,18 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parts = [parts[r * args.groups:(r + 1) * args.groups] for r in range(args.replays)]
     tmp = Path(tempfile.mkdtemp(prefix="bench_trace_"))
-    model = args.model_path
-    if model is None:
-        from textwm.models.tiny import build_tiny_checkpoint
-
-        texts = [m["content"] for row in rows[:200] for m in (json.loads(row["messages"])
-                                                              if isinstance(row["messages"], str) else row["messages"])]
-        model = str(build_tiny_checkpoint(tmp / "model", texts, family="sdar", vocab_size=600))
+    model = args.model_path or tiny_model_for(rows, tmp / "model")
     encode = prompt_ids_of(model)
     bounds, sent = [], set()   # a server replays the parts in turn: a part's bound counts the earlier parts' blocks
     for part in parts:
-        ids = [encode(turns[t]) for group in part for t in range(max(len(r) for r in group))
-               for turns in group if t < len(turns)]   # turn by turn within a group, as the replay sends them
+        ids = [encode(prompt) for prompt in trace_prompts(part)]
         bounds.append({"prompt_tokens": sum(map(len, ids)), "shareable_tokens": shareable_tokens(ids, seen=sent)})
     report = {"settings": dict(vars(args)), "model": model,
               "upper_bound": bounds, "servers": []}

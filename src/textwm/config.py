@@ -116,7 +116,8 @@ def _meta(f: dataclasses.Field) -> dict[str, Any]:
     return dict(f.metadata.get("textwm") or {"help": f.metadata.get("help", "")})
 
 
-def _default(f: dataclasses.Field) -> Any:
+def field_default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default (its factory called), or ``MISSING``."""
     if f.default is not MISSING:
         return f.default
     if f.default_factory is not MISSING:
@@ -138,7 +139,7 @@ def leaves(cls: type, *, prefix: tuple[str, ...] = (), rename: Mapping[str, str]
             continue  # ``field(metadata={"internal": True})``: set by code, not by users
         meta = _meta(f)
         tp = hints[f.name]
-        default = getattr(defaults, f.name) if defaults is not None else _default(f)
+        default = getattr(defaults, f.name) if defaults is not None else field_default(f)
         if dataclasses.is_dataclass(tp):
             out += leaves(tp, prefix=(*prefix, f.name), rename=meta.get("rename"),
                           defaults=default if default is not MISSING else None,
@@ -304,7 +305,7 @@ def build(cls: type, values: Mapping[str, tuple[Any, str | None]]) -> Any:
                 continue
             sub = (*path, f.name)
             if dataclasses.is_dataclass(hints[f.name]):
-                default = getattr(defaults, f.name) if defaults is not None else _default(f)
+                default = getattr(defaults, f.name) if defaults is not None else field_default(f)
                 value, changed = make(hints[f.name], sub, default if default is not MISSING else None)
                 if changed:
                     kwargs[f.name], touched = value, True

@@ -10,11 +10,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_prefill  # noqa: E402
+import bench_wm_trace  # noqa: E402
 
 
 def test_prompts_go_group_by_group_turn_by_turn():
     rollouts = [[["g0r0t0", "g0r0t1"], ["g0r1t0"]], [["g1r0t0"]]]
-    assert bench_prefill.trace_prompts(rollouts) == ["g0r0t0", "g0r1t0", "g0r0t1", "g1r0t0"]
+    assert bench_wm_trace.trace_prompts(rollouts) == ["g0r0t0", "g0r1t0", "g0r0t1", "g1r0t0"]
 
 
 def test_the_cache_arm_finds_the_groups_shared_prefixes_and_the_other_computes_everything(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from textwm._optional import MissingDependencyError, require
 from textwm.cli_checks import check_output_dir
-from textwm.config import ConfigCLI, ConfigError, option
+from textwm.config import ConfigCLI, ConfigError, field_default, option
 from textwm.data.jsonl import DataError
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.metrics.bootstrap import MAUVE_RESAMPLES
@@ -128,14 +128,10 @@ def _warn_generation_flags_unused(c: Any, predictions: PredictionSource) -> None
     """One stderr line when generation flags were set without --api-url (they only shape the requests)."""
     defaults = {f.name: f for f in dataclasses.fields(c.generation)}
     ignored = [f"--{name.replace('_', '-')}" for name in predictions.flags
-               if getattr(c.generation, name) != _default_of(defaults[name])]
+               if getattr(c.generation, name) != field_default(defaults[name])]
     if ignored:
         print(f"notice: {', '.join(ignored)} only apply with --api-url (generation); ignored, scoring "
               f"{c.input_dir} as it is", file=sys.stderr)
-
-
-def _default_of(field: dataclasses.Field) -> Any:
-    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
 def main(argv: list[str] | None = None, *, predictions: PredictionSource | None = None,

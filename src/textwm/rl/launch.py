@@ -113,19 +113,50 @@ def knob(default, help: str, env: str, **kwargs):
 
 
 @dataclass
-class GRPOConfig:
-    """GRPO of an agent LLM inside the world model (swift rlhf): every env step answered by the simulator."""
+class AgentRunConfig:
+    """What a swift run of an agent (its SFT, its GRPO) is configured by whatever the stage: the model, where the run
+    writes, the GPUs, the executable. Each field's default can come from the environment variable the shell launchers
+    have always read."""
 
     env: str = option("", "the env (a registered name, e.g. sciworld)")
+    model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
+    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
+    template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
+    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
+    root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
+                      "TEXTWM_ROOT")
+    output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
+    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
+                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
+    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
+                                         "the paper's scripts' default)", "GPUS_UNSET")
+    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
+    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
+    seed: int = knob(42, "seed", "SEED")
+    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
+    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
+    logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
+    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
+    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
+
+    @property
+    def gpus(self) -> int:
+        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
+
+    def default_output_dir(self, run_name: str) -> str:
+        """``<root>/runs/<env>/<run name>``: where a run writes when OUTPUT_DIR is unset."""
+        return self.output_dir or str(Path(self.root or ".") / "runs" / self.env / run_name)
+
+
+@dataclass
+class GRPOConfig(AgentRunConfig):
+    """GRPO of an agent LLM inside the world model (swift rlhf): every env step answered by the simulator."""
+
     data: str = knob("", "RL task rows (rl_train.jsonl of <env>/build_wm_dataset.py, or the paper's released "
                           "rows)", "DATA")
     paper_data: str = knob("", "the paper's names of the RL rows file (space-separated), named when DATA is missing; "
                                 "the shell launchers default DATA to the first of them in <env>/data/", "PAPER_DATA")
-    model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
-    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
-    template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
     stop_words: str = knob("<|im_end|> <|endoftext|>", "stop words, space-separated", "STOP_WORDS")
-    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
     wm_endpoint: str = knob("http://127.0.0.1:30000/", "the WM proxy", "WM_ENDPOINT")
     wm_max_tokens: int | None = knob(None, "longest WM observation in tokens (default: the plugin's, 256)",
                                       "WM_MAX_TOKENS")
@@ -150,14 +181,6 @@ class GRPOConfig:
     sim_workers: int = knob(2, "real envs building missing start states at once, before swift starts",
                              "SIM_WORKERS")
     run_name: str = knob("", "run name (default: <env>_grpo)", "RUN_NAME")
-    root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
-                      "TEXTWM_ROOT")
-    output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
-                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
-    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
-                                         "the paper's scripts' default)", "GPUS_UNSET")
-    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
     torch_dtype: str = knob("", "the weights' dtype (default: float32, under bf16 autocast on GPU; bfloat16 with "
                                  "DeepSpeed, which keeps float32 master weights). Float32 weights, gradients and "
                                  "AdamW take ~16 bytes a parameter (a 4B agent ~64 GB): for such an agent on one "
@@ -199,15 +222,8 @@ class GRPOConfig:
     gradient_checkpointing: bool | None = knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
     save_steps: int = knob(20, "checkpoint every N steps", "SAVE_STEPS")
     save_total_limit: int = knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
-    logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
-    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
-    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
     report_to: str = knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else tensorboard: "
                                "event files in <output_dir>/v<N>-<timestamp>/runs)", "REPORT_TO")
-    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
-    seed: int = knob(42, "seed", "SEED")
-    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
-    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
 
     def __post_init__(self) -> None:
         name = self.launcher or "textwm.rl.launch"
@@ -254,10 +270,6 @@ class GRPOConfig:
 
     # --- derived -------------------------------------------------------------------------------------
 
-    @property
-    def gpus(self) -> int:
-        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
-
     def resolved(self) -> GRPOConfig:
         """The defaults that depend on the env and the GPUs, filled in."""
         gpu = self.gpus > 0
@@ -266,7 +278,7 @@ class GRPOConfig:
         deepspeed = {"auto": "zero2" if self.gpus > 1 else "", "none": ""}.get(self.deepspeed, self.deepspeed)
         return dataclasses.replace(
             self, num_gpus=self.gpus, run_name=run_name, deepspeed=deepspeed,
-            output_dir=self.output_dir or str(Path(self.root or ".") / "runs" / self.env / run_name),
+            output_dir=self.default_output_dir(run_name),
             torch_dtype=self.torch_dtype or ("bfloat16" if gpu and deepspeed else "float32"),
             use_vllm=gpu if self.use_vllm is None else self.use_vllm,
             gradient_checkpointing=gpu if self.gradient_checkpointing is None else self.gradient_checkpointing,

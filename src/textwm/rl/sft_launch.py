@@ -21,33 +21,27 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textwm.config import ConfigError, option
-from textwm.rl.launch import apply_gpu_layout, default_data, default_swift, knob, launcher_main, visible_gpus
+from textwm.config import ConfigError
+from textwm.rl.launch import (
+    AgentRunConfig,
+    apply_gpu_layout,
+    default_data,
+    default_swift,
+    knob,
+    launcher_main,
+)
 
 
 @dataclass
-class AgentSFTConfig:
+class AgentSFTConfig(AgentRunConfig):
     """SFT of an agent LLM on chat demonstrations (swift sft, full parameters)."""
 
-    env: str = option("", "the env (a registered name, e.g. sciworld): the default run name and output folder")
     data: str = knob("", "chat rows {'messages': [...]}: sft_train.jsonl of <env>/build_wm_dataset.py, or the "
                           "paper's demos", "DATA")
     paper_data: str = knob("", "the paper's names of the demos file (space-separated), named when DATA is missing",
                             "PAPER_DATA")
     val_data: str = knob("", "held-out chat rows (empty: none)", "VAL_DATA")
-    model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
-    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
-    template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
-    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
     run_name: str = knob("", "run name (default: <env>_sft)", "RUN_NAME")
-    root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
-                      "TEXTWM_ROOT")
-    output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
-                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
-    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
-                                         "the paper's scripts' default)", "GPUS_UNSET")
-    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
     deepspeed: str = knob("", "DeepSpeed config: zero2, zero3 or a JSON file; none: off (default: zero2 on more "
                                "than one GPU)", "DEEPSPEED")
     torch_dtype: str = knob("", "the weights' dtype (default: bfloat16 under DeepSpeed, which keeps float32 master "
@@ -63,15 +57,8 @@ class AgentSFTConfig:
     gradient_checkpointing: bool | None = knob(None, "default: on GPU", "GRADIENT_CHECKPOINTING")
     save_steps: int = knob(5, "checkpoint every N steps", "SAVE_STEPS")
     save_total_limit: int = knob(3, "checkpoints kept", "SAVE_TOTAL_LIMIT")
-    logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
-    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
-    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
     report_to: str = knob("", "none, wandb, tensorboard (default: wandb when WANDB_API_KEY is set, else none)",
                            "REPORT_TO")
-    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
-    seed: int = knob(42, "seed", "SEED")
-    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
-    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
 
     def __post_init__(self) -> None:
         name = self.launcher or "textwm.rl.sft_launch"
@@ -90,18 +77,13 @@ class AgentSFTConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"must be >= 1, got {getattr(self, name)}", key=name.upper())
 
-    @property
-    def gpus(self) -> int:
-        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
-
     def resolved(self) -> AgentSFTConfig:
         """The defaults that depend on the env and the GPUs, filled in."""
         gpus = self.gpus
         run_name = self.run_name or f"{self.env}_sft"
         deepspeed = self.deepspeed or ("zero2" if gpus > 1 else "none")
         return dataclasses.replace(
-            self, num_gpus=gpus, run_name=run_name,
-            output_dir=self.output_dir or str(Path(self.root or ".") / "runs" / self.env / run_name),
+            self, num_gpus=gpus, run_name=run_name, output_dir=self.default_output_dir(run_name),
             deepspeed=deepspeed,
             torch_dtype=self.torch_dtype or ("bfloat16" if gpus > 0 and deepspeed != "none" else "float32"),
             gradient_checkpointing=gpus > 0 if self.gradient_checkpointing is None else self.gradient_checkpointing,

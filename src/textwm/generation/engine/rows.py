@@ -207,11 +207,15 @@ class Rows:
         """``(query length, logits_from)`` of every forward a step of this step structure runs (families say)."""
         raise NotImplementedError
 
+    def check_idle(self) -> None:
+        """Placeholder forwards and steps write into rows ``0..B-1``: none may be decoding."""
+        if self.active:
+            raise RuntimeError("warm the graphs before any row decodes: the placeholder forwards write into rows 0..B-1")
+
     def warm_graphs(self, buckets: list[int], kv_lens: list[int]) -> None:
         """Capture every forward a step can run, for each row bucket and kv bucket, before any row is active
         (:meth:`GraphedForward.warm`). A family whose steps are graphs of their own overrides it."""
-        if self.active:
-            raise RuntimeError("warm the graphs before any row decodes: the placeholder forwards write into rows 0..B-1")
+        self.check_idle()
         for b in buckets:
             for kv_len in kv_lens:
                 for q, logits_from in self.forward_shapes():
