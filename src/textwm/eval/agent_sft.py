@@ -215,7 +215,8 @@ class PaperScript:
         """The paper's command (no flag needed); any of our flags may follow and win."""
         argv = list(sys.argv[1:] if argv is None else argv)
         rows = folder / self.rows
-        if "--rows" not in argv and not rows.is_file():
+        asks_help = "-h" in argv or "--help" in argv
+        if "--rows" not in argv and not asks_help and not rows.is_file():
             print(f"error: {rows} not found: {self.rows_hint}, or give --rows", file=sys.stderr)
             return 2
         hosted = "--agent-url" not in argv and not os.environ.get("OPENAI_BASE_URL")
