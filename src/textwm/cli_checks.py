@@ -3,9 +3,11 @@ fails in a second, not after hours), and flags of another tool's spelling mapped
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from textwm.config import ConfigError
 
@@ -34,6 +36,19 @@ def check_output_file(path: str | os.PathLike, key: str) -> Path:
         raise ConfigError(f"{path} is a folder, not a file", key=key)
     check_output_dir(p.parent if str(p.parent) else ".", key)
     return p
+
+
+def json_object(text: str, key: str) -> dict[str, Any]:
+    """``text`` read as a JSON object (``{}`` when empty); ConfigError naming ``key`` otherwise."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"is not JSON: {exc}", key=key) from None
+    if not isinstance(value, dict):
+        raise ConfigError("must be a JSON object", key=key)
+    return value
 
 
 def take_flags(argv: Sequence[str], flags: Iterable[str]) -> tuple[dict[str, str], list[str]]:

@@ -21,7 +21,6 @@ by reason; a run whose every episode failed exits 1. Files are written atomicall
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.cli_checks import json_object
 from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import read_jsonl, write_jsonl
 from textwm.envs.episode import FAILURE_REASONS
@@ -96,15 +96,7 @@ class AgentSFTConfig:
         self.extra_body()
 
     def extra_body(self) -> dict[str, Any]:
-        if not self.agent_extra_body:
-            return {}
-        try:
-            extra = json.loads(self.agent_extra_body)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"is not JSON: {exc}", key="--agent-extra-body") from None
-        if not isinstance(extra, dict):
-            raise ConfigError("must be a JSON object", key="--agent-extra-body")
-        return extra
+        return json_object(self.agent_extra_body, "--agent-extra-body")
 
 
 def _row_fields(spec: Any, path: str) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.cli_checks import check_output_dir
+from textwm.cli_checks import check_output_dir, json_object
 from textwm.clients.wm import WMClient
 from textwm.config import ConfigCLI, ConfigError, config_dict, option
 from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
@@ -120,13 +120,7 @@ class EvalConfig:
             raise ConfigError(f"must be 0 or 1, got {self.wm_guard!r}", key="--wm-guard")
         if self.wm_on_error not in ("end", "fallback"):
             raise ConfigError(f"must be end or fallback, got {self.wm_on_error!r}", key="--wm-on-error")
-        if self.agent_extra_body:
-            try:
-                extra = json.loads(self.agent_extra_body)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"is not JSON: {exc}", key="--agent-extra-body") from None
-            if not isinstance(extra, dict):
-                raise ConfigError("must be a JSON object", key="--agent-extra-body")
+        json_object(self.agent_extra_body, "--agent-extra-body")
         if self.mode == "w2r":
             _must_exist("--wm-episodes", self.wm_episodes, "the episodes_wm.jsonl of an agent-wm run")
             _must_exist("--rows", self.rows, "the RL task rows that agent-wm run played")
