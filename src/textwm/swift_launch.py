@@ -16,16 +16,16 @@ This module imports only :mod:`textwm.config`, so both stages build on it withou
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from textwm.config import ConfigCLI, option
+from textwm.config import ConfigCLI, ConfigError, option
 
 #: Most of the CPUs that a launcher gives to data preprocessing by default.
 MAX_DATASET_PROCS = 16
@@ -84,11 +84,11 @@ def swift_bool(value: bool) -> str:
 
 
 def swift_number(value: float) -> str:
-    """A float on a swift command line: its shortest exact form, integral values without ``.0`` and exponents without
-    padding (``2e-5``, ``0.03``, ``2``), as people write them."""
-    text = repr(float(value))
-    text = text[:-2] if text.endswith(".0") else text
-    return re.sub(r"e([+-])0+(\d)", r"e\1\2", text)
+    """A float on a swift command line, exact and as people write them: its shortest digits, and below 1 the shorter
+    of the decimal and the scientific form, ties decimal (``2``, ``0.03``, ``2e-5``, ``1e-4``)."""
+    exact = Decimal(repr(float(value))).normalize()
+    decimal, scientific = f"{exact:f}", f"{exact:e}"
+    return scientific if 0 < abs(value) < 1 and len(scientific) < len(decimal) else decimal
 
 
 @dataclass
@@ -135,8 +135,12 @@ def launcher_main(cls: type, run: Callable[[Any, list[str]], int], argv: list[st
     if parsed is None:
         return 2
     config, extras = parsed
-    if extras.print_command:
-        lines = config.argvs(extra) if hasattr(config, "argvs") else [config.argv(extra)]
-        print("\n".join(" ".join(line) for line in lines))
-        return 0
-    return run(config, extra)
+    try:
+        if extras.print_command:
+            lines = config.argvs(extra) if hasattr(config, "argvs") else [config.argv(extra)]
+            print("\n".join(" ".join(line) for line in lines))
+            return 0
+        return run(config, extra)
+    except ConfigError as exc:      # a default resolved against the GPUs, the files found, ... does not hold
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
