@@ -5,6 +5,7 @@ every knob keeps its environment variable and its meaning."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -180,6 +181,17 @@ def test_every_knob_of_the_scripts_is_a_field_with_its_variable():
     for cls, knobs in ((ARSFTConfig, TRAIN_KNOBS), (EvalLossConfig, EVAL_KNOBS)):
         variables = {leaf.env for leaf in leaves(cls)}
         assert set(knobs) <= variables, set(knobs) - variables
+
+
+def test_the_readme_tables_are_the_configs_knobs():
+    """llm_training/README.md's knob tables name every variable of the configs (but the wrappers' GPUS_UNSET and
+    LAUNCHER) and no other (but the scripts' PYTHON and the paper's OUTPUT_BASE)."""
+    readme = (REPO / "llm_training" / "README.md").read_text()
+    train_part, eval_part = readme.split("### `train.sh` knobs")[1].split("### `eval.sh` knobs")
+    for cls, part in ((ARSFTConfig, train_part), (EvalLossConfig, eval_part)):
+        rows = [line.split("|")[1] for line in part.splitlines() if line.startswith("| `")]
+        named = set(re.findall(r"`([A-Z_]+)`", " ".join(rows)))
+        assert named - {"PYTHON", "OUTPUT_BASE"} == {leaf.env for leaf in leaves(cls)} - {"GPUS_UNSET", "LAUNCHER"}
 
 
 def test_the_config_runs_from_flags_and_yaml_without_the_shell(root, monkeypatch):
