@@ -3,6 +3,7 @@
     textwm --help                          # the verbs
     textwm data build --env sciworld --out-dir runs/sciworld_data --tasks boil --train-variations 1
     textwm train --config sdar/configs/tiny_cpu.yaml
+    textwm train swift --print-command     # the swift sft line of llm_training/train.sh's knobs
     textwm serve stack start --model-path runs/tiny_sdar_sft --port 30000 --backend-port 30001
     textwm <verb> --help                   # every flag of that verb, with its default
 
@@ -44,6 +45,8 @@ VERBS: tuple[Verb, ...] = (
     Verb(("models", "pretrained"), "textwm.models.pretrained",
          "named pretrained starts made offline (SmolLM2-135M-Instruct from its PyPI wheel)"),
     Verb(("train",), "textwm.training.cli", "SFT of an AR, SDAR or WeDLM world model (YAML config and/or flags)"),
+    Verb(("train", "swift"), "textwm.training.swift_sft",
+         "full-parameter SFT of an AR world model with ms-swift (llm_training/train.sh; swift sft)"),
     Verb(("generate",), "textwm.generation.cli", "batched world-model generation over held-out rows"),
     Verb(("score",), "textwm.metrics.cli", "score predictions: exact/JSON match, ROUGE-L, BLEU-1, diversity, MAUVE"),
     Verb(("serve",), "textwm.serving.cli",
@@ -52,6 +55,8 @@ VERBS: tuple[Verb, ...] = (
     Verb(("eval",), "textwm.eval.run",
          "agent success in the real env and in the world model, W2R, fidelity (agent-real|agent-wm|fidelity|all|w2r)"),
     Verb(("eval", "paired"), "textwm.eval.paired", "did an agent get better: two real-env runs compared pair by pair"),
+    Verb(("eval", "loss"), "textwm.training.swift_eval",
+         "loss-only eval of an AR world model with ms-swift: cross-entropy and token accuracy (llm_training/eval.sh)"),
     Verb(("agent", "demos"), "textwm.eval.agent_sft", "agent SFT demos from a chat agent played in the real env"),
     Verb(("agent", "sft"), "textwm.rl.sft_launch", "SFT of an agent on demonstrations, the warm start (ms-swift swift sft)"),
     Verb(("agent", "grpo"), "textwm.rl.launch", "GRPO of an agent inside the world model (ms-swift swift rlhf)"),

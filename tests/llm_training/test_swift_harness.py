@@ -1,4 +1,5 @@
-"""llm_training/train.sh and eval.sh run real `swift sft` (CPU, tiny random Qwen3) end to end.
+"""llm_training/train.sh and eval.sh (shims of textwm.training.swift_sft and swift_eval) run real `swift sft` (CPU,
+tiny random Qwen3) end to end.
 
 The fast tests check the launchers' own input errors; the slow one trains one full-parameter step,
 then evaluates the checkpoint loss-only and checks it reproduces the loss logged during training.
@@ -22,8 +23,9 @@ N_TRAIN, N_VAL = 8, 4
 
 
 def run_launcher(script: str, *args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    """``bash llm_training/<script> ARGS`` with the test venv's swift, CPU only, nothing reported."""
-    full_env = {**os.environ, "SWIFT": str(Path(sys.executable).parent / "swift"), "NUM_GPUS": "0",
+    """``bash llm_training/<script> ARGS`` with the test venv's Python and swift, CPU only, nothing reported."""
+    full_env = {**os.environ, "PYTHON": sys.executable, "SWIFT": str(Path(sys.executable).parent / "swift"),
+                "NUM_GPUS": "0",
                 "REPORT_TO": "none", "DATASET_NUM_PROC": "1", "DATALOADER_NUM_WORKERS": "0", **env}
     return subprocess.run(["bash", str(REPO / "llm_training" / script), *args], capture_output=True, text=True,
                           cwd=REPO, env=full_env, timeout=timeout)
@@ -57,7 +59,7 @@ def test_eval_sh_finds_the_papers_output_path_under_runs():
     run_dir = REPO / "runs" / "llm_training" / name
     run_dir.mkdir(parents=True)
     try:
-        full_env = {**os.environ, "NUM_GPUS": "0", "MODEL_DIR": f"./output/{name}"}
+        full_env = {**os.environ, "PYTHON": sys.executable, "NUM_GPUS": "0", "MODEL_DIR": f"./output/{name}"}
         res = subprocess.run(["bash", "eval.sh"], capture_output=True, text=True, cwd=REPO / "llm_training",
                              env=full_env, timeout=60)
     finally:

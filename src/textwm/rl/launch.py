@@ -24,37 +24,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from textwm.config import ConfigCLI, ConfigError, option
+from textwm.config import ConfigError, option
 from textwm.data.jsonl import DataError, read_json, write_json
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import CACHE_DIR_ENV, SimTaskCache, complete_file
 from textwm.rl.real_rollouts import REAL_ENV_URL_VAR, REAL_SESSIONS, REAL_SESSIONS_VAR, ROLLOUT_ENV_VAR
 from textwm.rl.swift_adapters import REWARD_RULE_VAR
+from textwm.swift_launch import (
+    SwiftRunConfig,
+    apply_gpu_layout,
+    default_swift,
+    knob,
+    launcher_main,
+    warn_no_gpu,
+)
 
 log = logging.getLogger(__name__)
 
 PLUGIN = Path(__file__).resolve().with_name("swift_plugin.py")
-
-
-def visible_gpus(unset: int | None = None) -> int:
-    """GPUs in ``CUDA_VISIBLE_DEVICES`` when it is set, else ``unset`` when given (a recipe's GPU count, as the
-    paper's scripts default it), else those ``nvidia-smi -L`` lists (0 without)."""
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        return len([d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()])
-    if unset is not None:
-        return unset
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False).stdout
-    return sum(line.startswith("GPU") for line in listed.splitlines())
 
 
 def default_data(root: str, env: str, paper_data: str, built: str) -> str:
@@ -66,25 +58,6 @@ def default_data(root: str, env: str, paper_data: str, built: str) -> str:
         if path.is_file():
             return str(path)
     return str(Path(root or ".") / "runs" / f"{env}_data" / built)
-
-
-def apply_gpu_layout(env: dict[str, str], num_gpus: int, master_port: int) -> None:
-    """Set the GPU layout of a swift process in ``env``: with more than one GPU swift re-launches itself under
-    torchrun (``NPROC_PER_NODE``, ``MASTER_PORT``); with none the GPUs are hidden; else, when
-    ``CUDA_VISIBLE_DEVICES`` is not set, the first ``num_gpus``."""
-    env.pop("NPROC_PER_NODE", None)
-    if num_gpus > 1:
-        env.update(NPROC_PER_NODE=str(num_gpus), MASTER_PORT=str(master_port))
-    if num_gpus == 0:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif "CUDA_VISIBLE_DEVICES" not in os.environ:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(num_gpus))
-
-
-def default_swift() -> str:
-    """The ``swift`` beside this Python (its venv's), else the one on the PATH."""
-    beside = Path(sys.executable).with_name("swift")
-    return str(beside) if beside.exists() else "swift"
 
 
 #: ms-swift's model type and chat template by a checkpoint's architecture (``config.json`` model_type), for the
@@ -107,41 +80,20 @@ def swift_model_args(model_path: str | os.PathLike) -> tuple[str, str]:
     return SWIFT_MODEL_ARGS[model_type]
 
 
-def knob(default, help: str, env: str, **kwargs):
-    """A field whose default can come from the environment variable the shell launchers have always read."""
-    return option(default, help, env=env, **kwargs)
-
-
 @dataclass
-class AgentRunConfig:
-    """What a swift run of an agent (its SFT, its GRPO) is configured by whatever the stage: the model, where the run
-    writes, the GPUs, the executable. Each field's default can come from the environment variable the shell launchers
-    have always read."""
+class AgentRunConfig(SwiftRunConfig):
+    """What a swift run of an agent (its SFT, its GRPO) is configured by whatever the stage: the env, the model, and
+    :class:`~textwm.swift_launch.SwiftRunConfig`'s paths, GPUs and executable. Each field's default can come from the
+    environment variable the shell launchers have always read."""
 
     env: str = option("", "the env (a registered name, e.g. sciworld)")
     model_path: str = knob("Qwen/Qwen3-4B-Instruct-2507", "the agent to train", "MODEL_PATH")
-    model_type: str = knob("", "ms-swift model type (empty: inferred)", "MODEL_TYPE")
     template: str = knob("qwen3_nothinking", "ms-swift chat template", "TEMPLATE")
-    use_hf: bool = knob(True, "load models from the Hugging Face hub", "USE_HF")
     root: str = knob("", "the folder the default paths are under (DATA, OUTPUT_DIR; default: the current one)",
                       "TEXTWM_ROOT")
     output_dir: str = knob("", "outputs (default: <root>/runs/<env>/<run name>)", "OUTPUT_DIR")
-    num_gpus: int | None = knob(None, "GPUs (default: those in CUDA_VISIBLE_DEVICES, else --gpus-unset, else those "
-                                       "nvidia-smi lists); 0: CPU, tiny models only", "NUM_GPUS")
-    gpus_unset: int | None = knob(None, "GPUs when neither NUM_GPUS nor CUDA_VISIBLE_DEVICES is set (a recipe's: "
-                                         "the paper's scripts' default)", "GPUS_UNSET")
-    master_port: int = knob(29500, "torchrun port (NUM_GPUS > 1)", "MASTER_PORT")
-    check_model: bool = knob(False, "let ms-swift check the model files", "CHECK_MODEL")
     seed: int = knob(42, "seed", "SEED")
-    swift: str = knob("", "the swift executable (default: the one beside this Python)", "SWIFT")
-    launcher: str = knob("", "name of the script that called this one, for messages", "LAUNCHER")
     logging_steps: int = knob(1, "log every N steps", "LOGGING_STEPS")
-    dataset_num_proc: int = knob(4, "dataset preprocessing processes", "DATASET_NUM_PROC")
-    dataloader_num_workers: int = knob(4, "data loader workers", "DATALOADER_NUM_WORKERS")
-
-    @property
-    def gpus(self) -> int:
-        return visible_gpus(self.gpus_unset) if self.num_gpus is None else self.num_gpus
 
     def default_output_dir(self, run_name: str) -> str:
         """``<root>/runs/<env>/<run name>``: where a run writes when OUTPUT_DIR is unset."""
@@ -417,8 +369,7 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
     c = config.resolved()
     name = c.launcher or "textwm.rl.launch"
     if c.num_gpus == 0:
-        print(f"{name}: warning: no GPU (NUM_GPUS=0): CPU run in {c.torch_dtype} without vLLM; only tiny models "
-              "are practical", file=sys.stderr)
+        warn_no_gpu(name, f"CPU run in {c.torch_dtype} without vLLM")
     if low_precision_weights(c):
         print(f"{name}: warning: {c.torch_dtype} weights without DeepSpeed: the optimizer steps the {c.torch_dtype} "
               f"weights themselves, and a step smaller than ~1/256 of a weight rounds to nothing (at lr {c.lr:g} "
@@ -440,27 +391,6 @@ def run(config: GRPOConfig, extra: list[str] = (), *, stdout=None) -> int:
           f"reward from {reward}", file=sys.stderr)
     return subprocess.run(config.argv(list(extra)), env=config.environ(), stdout=stdout,
                           stderr=subprocess.STDOUT if stdout is not None else None, check=False).returncode
-
-
-def launcher_main(cls: type, run: Callable[[Any, list[str]], int], argv: list[str] | None, prog: str) -> int:
-    """``prog --env NAME [flags] [-- swift arguments]`` for a launcher's config class ``cls`` (GRPO's, the agent SFT's):
-    the config from its ``--recipe``, the environment and the flags; then ``--print-command`` prints the swift line,
-    else ``run(config, extra)`` runs it."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    cli = ConfigCLI(cls, prog=f"{prog} --env NAME", description=cls.__doc__, key_values=False, recipes=True)
-    cli.add_argument("--print-command", action="store_true", help="print the swift command line, do not run it")
-    parsed = cli.parse_or_report(argv)
-    if parsed is None:
-        return 2
-    config, extras = parsed
-    if extras.print_command:
-        print(" ".join(config.argv(extra)))
-        return 0
-    return run(config, extra)
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m textwm.rl.launch") -> int:

@@ -7,9 +7,9 @@ launchers have always read (``MODEL_PATH``, ``DATA``, ``NUM_GPUS``, ``LR``, ...)
 
     python -m textwm.rl.sft_launch --env sciworld [--flag VALUE ...] [-- extra swift arguments]
 
-The GPU layout is GRPO's (:mod:`textwm.rl.launch`): ``NUM_GPUS`` > 1 makes swift re-launch itself under torchrun
-(``NPROC_PER_NODE``, ``MASTER_PORT``) with DeepSpeed ZeRO-2 by default; ``NUM_GPUS=0`` hides the GPUs and runs in
-float32 (tiny models only). Checkpoints land in ``$OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>``.
+The GPU layout is every swift launcher's (:mod:`textwm.swift_launch`): ``NUM_GPUS`` > 1 makes swift re-launch
+itself under torchrun (``NPROC_PER_NODE``, ``MASTER_PORT``) with DeepSpeed ZeRO-2 by default; ``NUM_GPUS=0`` hides
+the GPUs and runs in float32 (tiny models only). Checkpoints land in ``$OUTPUT_DIR/v<N>-<timestamp>/checkpoint-<step>``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textwm.config import ConfigError
-from textwm.rl.launch import (
-    AgentRunConfig,
-    apply_gpu_layout,
-    default_data,
-    default_swift,
-    knob,
-    launcher_main,
-)
+from textwm.rl.launch import AgentRunConfig, default_data
+from textwm.swift_launch import apply_gpu_layout, default_swift, knob, launcher_main, warn_no_gpu
 
 
 @dataclass
@@ -130,8 +124,7 @@ def run(config: AgentSFTConfig, extra: list[str] = ()) -> int:
     c = config.resolved()
     name = c.launcher or "textwm.rl.sft_launch"
     if c.num_gpus == 0:
-        print(f"{name}: warning: no GPU (NUM_GPUS=0): CPU run in {c.torch_dtype}; only tiny models are practical",
-              file=sys.stderr)
+        warn_no_gpu(name, f"CPU run in {c.torch_dtype}")
     elif c.deepspeed == "none" and c.torch_dtype != "float32":
         print(f"{name}: warning: {c.torch_dtype} weights without DeepSpeed: the optimizer steps them itself and a step "
               f"smaller than ~1/256 of a weight rounds to nothing (at LR={c.lr:g} most do); leave TORCH_DTYPE unset "
