@@ -44,7 +44,7 @@ from textwm.generation.sdar import SDARDecoder
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec, load_model
-from textwm.models.tiny import tiny_config
+from textwm.models.tiny import TINY_ARCHS, tiny_config
 
 DECODERS = ("hf_dynamic", "hf_static", "ref_sdar", "ref_wedlm", "engine_ar", "engine_sdar", "engine_sdar_lmdeploy",
             "engine_wedlm")
@@ -91,8 +91,8 @@ def random_subject(args):
     """A random model of ``args.size`` (bf16, untied head), its spec without stop ids (every row decodes
     exactly ``--new-tokens``) and random prompts of ``--prompt-len``."""
     mask_id = args.vocab_size - 1
-    config = tiny_config(args.size, vocab_size=args.vocab_size, family="sdar", block_size=args.block_length,
-                         mask_token_id=mask_id, pad_token_id=0, eos_token_id=None)
+    config = tiny_config(args.size, vocab_size=args.vocab_size, family="sdar", arch=args.arch,
+                         block_size=args.block_length, mask_token_id=mask_id, pad_token_id=0, eos_token_id=None)
     config.tie_word_embeddings = False
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
@@ -117,6 +117,7 @@ def trained_subject(path: str, prompts_file: str, prompt_len: int):
 class DecodeBenchConfig:
     size: str = option("qwen3-8b", "the random model's shape")
     vocab_size: int = option(151936, "the random model's embedding rows")
+    arch: str = option("qwen3", "the random model's architecture (llama: SmolLM2's)", choices=list(TINY_ARCHS))
     batch_sizes: list[int] = option(help="rows decoded together", default_factory=lambda: [1, 32, 128])
     prompt_len: int = option(1024, "prompt tokens")
     new_tokens: int = option(128, "tokens decoded per row")

@@ -56,13 +56,42 @@ def test_the_kernel_equals_masked_attention(shape, dtype):
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
-def _engine_equals_reference(lm, settings):
-    prompts = _prompts(lm)
+def test_the_kernel_reads_the_rows_it_is_given():
+    """A prefill's rows: query row b reads cache row rows[b], in place."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    b, h, h_kv, nq, t, d = 3, 16, 8, 40, 120, 64
+    q = torch.randn(b, h, nq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    cache_k = torch.randn(6, h_kv, t, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    cache_v = torch.randn(6, h_kv, t, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    rows = torch.tensor([4, 0, 2], device="cuda")
+    limits = torch.randint(1, t + 1, (b, nq), device="cuda", generator=gen)
+    got = limited_attention(q, cache_k, cache_v, limits, scale=d ** -0.5, rows=rows)
+    want = _reference(q, cache_k[rows], cache_v[rows], limits, d ** -0.5)
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def _engine_equals_reference(lm, settings, prompts=None, **engine_args):
+    prompts = prompts or _prompts(lm)
     ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings, LENGTHS)
-    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64, attention="limited")
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=64, attention="limited", **engine_args)
     assert engine.net.attention == "limited"
     got = engine.generate(prompts, settings, LENGTHS)
     assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
+    return engine
+
+
+def test_prompts_found_in_the_prefix_cache_decode_as_the_reference(tiny_sdar_dir, tiny_ar_dir):
+    """Prompts sharing 16- and 32-token starts: the later ones prefill after cached blocks, through the kernel."""
+    for path, settings in ((tiny_sdar_dir, DecodeSettings(gen_length=12, temperature=0, block_length=4,
+                                                          denoising_steps=2)),
+                           (tiny_ar_dir, DecodeSettings(gen_length=12, temperature=0))):
+        lm = load_model(path, device="cuda", dtype="float32")
+        if path == tiny_sdar_dir:
+            lm = untie_head(lm)
+        start = _prompts(lm)[6] * 2                                       # 32 tokens
+        prompts = [start[:17 + n % 8] if i % 2 else start + [11 + n] * (n % 5) for i, n in enumerate(LENGTHS)]
+        engine = _engine_equals_reference(lm, settings, prompts, prefix_block_tokens=16, prefix_cache_tokens=256)
+        assert engine.prompt_stats.hit_tokens > 0
 
 
 def test_the_engine_with_the_kernel_equals_the_reference_in_float32(tiny_sdar_dir, tiny_wedlm_dir, tiny_ar_dir):

@@ -54,9 +54,11 @@ def _interpreting() -> bool:
 
 
 def limited_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, limits: torch.Tensor, *,
-                      scale: float) -> torch.Tensor:
+                      scale: float, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of ``q [B, H, Q, D]`` over ``k, v [B, H_kv, T, D]`` (any strides; ``T`` at least the
     largest limit) where query ``i`` of row ``b`` sees key columns ``j < limits[b, i]`` (``limits [B, Q]``).
+    With ``rows [B]``, ``k, v`` are ``[R, H_kv, T, D]`` and query row ``b`` reads their row ``rows[b]`` (a
+    prefill's engine rows, read in place rather than gathered).
     Returns ``[B, H, Q, D]`` in ``q``'s dtype, a view of a ``[B, Q, H, D]`` buffer (so the o_proj input
     ``out.transpose(1, 2).flatten(2)`` needs no copy)."""
     b, h, nq, d = q.shape
@@ -66,24 +68,26 @@ def limited_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, limits:
     block_m = min(64, max(16, triton.next_power_of_2(rows_per_head)))
     out = torch.empty((b, nq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
     limits = limits.to(torch.int32).contiguous()
+    if rows is not None:
+        rows = rows.to(torch.int32).contiguous()
     grid = (b, n_kv, triton.cdiv(rows_per_head, block_m))
     _limited_attention_kernel[grid](
-        q, k, v, out, limits, scale,
+        q, k, v, out, limits, limits if rows is None else rows, scale,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), limits.stride(0),
         k.shape[2], nq, rows_per_head, group,
-        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=64,
+        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=64, HAS_ROWS=rows is not None,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
     return out
 
 
 if triton is not None:
     @triton.jit
-    def _limited_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lim_ptr, scale,
+    def _limited_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lim_ptr, rows_ptr, scale,
                                   sqb, sqh, sqq, sqd, skb, skh, skt, skd, svb, svh, svt, svd,
                                   sob, soh, soq, sod, slb,
                                   cols, nq, rows_per_head, group,
                                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                  PRECISION: tl.constexpr):
+                                  HAS_ROWS: tl.constexpr, PRECISION: tl.constexpr):
         row, kv_head, tile = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         m = tile * BLOCK_M + tl.arange(0, BLOCK_M)          # query rows of this KV head: (head in group, query)
         m_ok = m < rows_per_head
@@ -97,8 +101,12 @@ if triton is not None:
         best = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         total = tl.zeros((BLOCK_M,), tl.float32)
         acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
-        k_base = k_ptr + row * skb + kv_head * skh
-        v_base = v_ptr + row * svb + kv_head * svh
+        if HAS_ROWS:   # the cache row this query row reads (a prefill's engine rows)
+            kv_row = tl.load(rows_ptr + row).to(tl.int64)
+        else:
+            kv_row = row
+        k_base = k_ptr + kv_row * skb + kv_head * skh
+        v_base = v_ptr + kv_row * svb + kv_head * svh
         for start in range(0, cols, BLOCK_N):
             if start < top:   # tiles past the largest limit are skipped (a dynamic bound the interpreter lacks)
                 j = start + tl.arange(0, BLOCK_N)

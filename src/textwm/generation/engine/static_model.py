@@ -223,27 +223,36 @@ class StaticModel:
         col = torch.tensor(starts, device=dev)[:, None] + torch.arange(width, device=dev)[None, :]   # [n, width]
         h = self.inner.embed_tokens(ids)
         cos, sin = self.inner.rotary_emb(h, col)
-        key_col = torch.arange(total, device=dev)[None, None, :]
-        query_col = col[:, :, None]
-        visible = (key_col <= query_col) if block is None else (key_col // block <= query_col // block)
-        visible = visible[:, None]                                                      # [n, 1, width, total]
+        limits = col + 1 if block is None else (col // block + 1) * block                 # [n, width]
         write_col = col.clamp(max=self.capacity - 1)
         rows = slots[:, None]
         math = self.layer_math
         x = math.input_norm(h)
         for i, layer in enumerate(self.layers):
             q, k, v = (t.transpose(1, 2) for t in math.qkv_of(i, x, cos, sin))   # [n, heads, width, D]
-            # The rows' new columns into the cache ([n, width, H_kv, D] at (row, column)), and the attention's
-            # keys and values: the rows' first `total` columns, gathered, with the new ones in place.
+            # The rows' new columns into the cache ([n, width, H_kv, D] at (row, column)), then attention over
+            # the rows' columns up to each query's limit.
             self.keys[i][rows, :, write_col] = k.transpose(1, 2)
             self.values[i][rows, :, write_col] = v.transpose(1, 2)
-            keys, values = self.keys[i][slots, :, :total], self.values[i][slots, :, :total]   # copies
-            if self.n_heads != self.n_kv:
-                keys, values = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (keys, values))
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=layer.self_attn.scaling)
+            o = self._attend_rows(i, q, slots, limits, total, layer.self_attn.scaling)
             h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
         last = torch.tensor([len(p) - s - 1 for p, s in zip(prompts, starts)], device=dev)
         return self.model.lm_head(x[torch.arange(n, device=dev), last])
+
+    def _attend_rows(self, layer: int, q: torch.Tensor, slots: torch.Tensor, limits: torch.Tensor, total: int,
+                     scale: float) -> torch.Tensor:
+        """``q [n, H, Q, D]`` of engine rows ``slots [n]`` over their cached columns ``[0, total)`` of ``layer``,
+        query ``i`` of row ``b`` seeing columns ``j < limits[b, i]``: ``[n, H, Q, D]``. The limited kernel reads
+        the rows in place; SDPA needs them gathered, KV heads repeated, and the mask."""
+        if self.attention == "limited":
+            return limited_attention(q, self.keys[layer][:, :, :total], self.values[layer][:, :, :total], limits,
+                                     scale=scale, rows=slots)
+        keys, values = self.keys[layer][slots, :, :total], self.values[layer][slots, :, :total]   # copies
+        if self.n_heads != self.n_kv:
+            keys, values = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (keys, values))
+        visible = torch.arange(total, device=q.device)[None, None, None, :] < limits[:, None, :, None]
+        with sdpa_kernel(PREFILL_SDPA_BACKENDS, set_priority=True):
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scale)
 
     def _prefill_chunk(self, slots: torch.Tensor, prompts: list[list[int]], block: int | None,
                        pad_id: int) -> torch.Tensor:
