@@ -55,7 +55,6 @@ from textwm.experiments.common import (
 from textwm.experiments.comparison_agents import run_stage2
 from textwm.experiments.comparison_config import (
     EPOCH_SETTINGS,
-    NON_RESULT_SETTINGS,
     STAGE2_SETTINGS,
     STAGE2_STEPS,
     ComparisonConfig,
@@ -129,7 +128,7 @@ class Comparison:
         self.out.mkdir(parents=True, exist_ok=True)
         self.state_file = self.out / "state.json"
         self.settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
-                                               if k not in NON_RESULT_SETTINGS}))
+                                               if k not in config.RUN_ONLY_SETTINGS}))
         self.state: dict[str, Any] = {"config": self.settings, "done": {}}
         if self.state_file.exists():
             saved = json.loads(self.state_file.read_text())
