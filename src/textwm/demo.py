@@ -1,7 +1,7 @@
 """The embedded default: the whole two-stage pipeline in miniature, on a CPU, with a report.
 
-Stages (each resumable: a finished stage is recorded in ``<out>/stages.json`` and skipped on the
-next run unless ``fresh``):
+Stages (:meth:`Demo.stages`, run by :class:`~textwm.experiments.stages.StageRunner`: each finished stage is
+recorded in ``<out>/state.json`` and skipped on the next run unless ``fresh``):
 
 1. ``data``: a small world-model dataset from the real env (``--env``: ScienceWorld, a few task types,
    train and test split by variation; ALFWorld, games generated offline, test on unseen floor plans),
@@ -20,26 +20,24 @@ next run unless ``fresh``):
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import random
-import shutil
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textwm.config import option
-from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.config import config_dict, option
+from textwm.data.jsonl import DataError, read_jsonl, write_jsonl
 from textwm.demo_report import render
 from textwm.envs.build import build
 from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
 from textwm.eval.paired import compare, load_episodes
 from textwm.eval.run import EvalConfig, run
+from textwm.experiments.report_writer import write_markdown
 from textwm.experiments.run_config import RunConfig, defaults
+from textwm.experiments.stages import Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig
 from textwm.generation.runner import run as generate
 from textwm.generation.settings import DecodeSettings
@@ -52,7 +50,6 @@ from textwm.training.config import SFTConfig
 
 log = logging.getLogger(__name__)
 
-STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
 #: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
 DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: The demo's WM prompt layouts (:attr:`DemoConfig.prompt_style`).
@@ -123,41 +120,25 @@ class DemoConfig(RunConfig):
         return cls.create(smoke=True, **overrides)
 
 
-@dataclass
-class StageRecord:
-    name: str
-    seconds: float
-    figures: dict[str, Any] = field(default_factory=dict)
-
-
-def _result_settings(config: DemoConfig) -> dict[str, Any]:
-    """The settings a finished stage depends on, as they read back from JSON (tuples become lists)."""
-    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in config.RUN_ONLY_SETTINGS}
-    return json.loads(json.dumps(settings))
-
-
-def _changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    keys = (set(saved) | set(current)) - set(DemoConfig.RUN_ONLY_SETTINGS)
-    return [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys) if saved.get(k) != current.get(k)]
+def _from_stages_json(old: dict[str, Any]) -> dict[str, Any]:
+    """The demo's state from before the one state format (``stages.json``: ``{"config": {...}, "stages": {name:
+    {"name", "seconds", "figures"}}}``), as :class:`~textwm.experiments.stages.StageRunner` reads it."""
+    return {"config": old["config"], "stages": {name: {"status": "done", "seconds": record["seconds"],
+                                                       "result": record["figures"]}
+                                                for name, record in old["stages"].items()}}
 
 
 class Demo:
+    """The demo's stages (:meth:`stages`) over one :class:`~textwm.experiments.stages.StageRunner` in
+    ``config.out``."""
+
     def __init__(self, config: DemoConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
         self.config = config
         self.out = Path(config.out)
         self.echo = echo
-        if fresh and self.out.exists():
-            shutil.rmtree(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.state_file = self.out / "stages.json"
-        self.records: dict[str, StageRecord] = {}
-        if self.state_file.exists():
-            state = json.loads(self.state_file.read_text())
-            changed = _changed_settings(state.get("config", {}), _result_settings(config))
-            if changed:
-                raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
-                                 "use --fresh or another --out")
-            self.records = {k: StageRecord(**v) for k, v in state["stages"].items()}
+        self.runner = StageRunner(self.out, pipeline="demo", config=config_dict(config),
+                                  ignore=config.RUN_ONLY_SETTINGS, legacy=Legacy("stages.json", _from_stages_json),
+                                  fresh=fresh, echo=echo)
 
     def path(self, *parts: str) -> Path:
         return self.out.joinpath(*parts)
@@ -167,21 +148,17 @@ class Demo:
         ``agent_tasks`` the rows of those types (``data/agent/<name>``, written by the data stage)."""
         return self.path("data", "agent", name) if self.config.agent_tasks else self.path("data", name)
 
-    def _save(self) -> None:
-        write_json(self.state_file, {"config": _result_settings(self.config),
-                                     "stages": {k: dataclasses.asdict(v) for k, v in self.records.items()}})
+    def stages(self) -> list[Stage]:
+        """The demo in order (module docstring); the report is written again on every run."""
+        return [Stage("data", self.stage_data),
+                Stage("train", self.stage_train, after=("data",)),
+                Stage("wm_eval", self.stage_wm_eval, after=("train",)),
+                Stage("grpo", self.stage_grpo, after=("train",)),
+                Stage("agent_eval", self.stage_agent_eval, after=("grpo",)),
+                Stage("report", self.stage_report, after=("wm_eval", "agent_eval"), always=True)]
 
     def run(self) -> Path:
-        for i, name in enumerate(STAGES, 1):
-            if name in self.records and name != "report":
-                self.echo(f"[{i}/{len(STAGES)}] {name}: done earlier ({self.records[name].seconds:.0f} s), skipped")
-                continue
-            self.echo(f"[{i}/{len(STAGES)}] {name} ...")
-            started = time.perf_counter()
-            figures = getattr(self, f"stage_{name}")()
-            self.records[name] = StageRecord(name, round(time.perf_counter() - started, 1), figures or {})
-            self._save()
-            self.echo(f"[{i}/{len(STAGES)}] {name}: {self.records[name].seconds:.0f} s")
+        self.runner.run(self.stages(), numbered=True)
         self.echo(f"demo finished: {self.path('report.md')}")
         return self.path("report.md")
 
@@ -330,7 +307,5 @@ class Demo:
     # --- 6. report -----------------------------------------------------------------------------------
 
     def stage_report(self) -> dict[str, Any]:
-        text = render(self.config, self.records, self.out)
-        with atomic_write(self.path("report.md")) as f:
-            f.write(text)
+        write_markdown(self.path("report.md"), render(self.config, self.runner.records, self.out))
         return {"report": str(self.path("report.md"))}
