@@ -12,6 +12,7 @@ from textwm.config import option
 from textwm.envs.registry import get_env
 from textwm.experiments.common import FAMILIES, RANDOM_INIT_REGIMES, REGIMES
 from textwm.experiments.run_config import RunConfig, defaults
+from textwm.experiments.stages import Redo
 
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
 STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
@@ -22,8 +23,37 @@ STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_v
 #: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
 #: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
 EPOCH_SETTINGS = ("max_epochs", "patience")
-#: The state keys of Stage 2's steps.
+#: The name prefixes of Stage 2's stages.
 STAGE2_STEPS = ("agent/", "fidelity/", "probes/", "grpo/", "calibration/")
+#: The stage that checks the arms' training data (run on every run, after the arms are trained).
+SAME_DATA = "checks/same_data"
+
+
+def _decided_by_epochs(stage: str) -> bool:
+    """The stages a new ``max_epochs`` or ``patience`` decides anew: where each pretrained arm stops (its train record),
+    its best epoch's samples and its scores. Each epoch trained (``arms/<arm>/epochs.json``) and decoded is kept."""
+    return (stage.startswith(("train/pretrained/", "eval/pretrained/"))
+            or (stage.startswith("generate/pretrained/") and stage.endswith("/sampled")))
+
+
+#: How a resumed comparison treats a changed setting beyond the run-only ones: a Stage-2 setting redoes Stage 2 and
+#: keeps the world models; a pretrained-regime stopping setting keeps the epochs trained and decoded; any other
+#: change is refused (:class:`~textwm.experiments.stages.StageRunner`).
+RESUME_REDO = (
+    Redo(EPOCH_SETTINGS, _decided_by_epochs, "{changes}: the epochs trained are kept; {stages} decided anew"),
+    Redo(STAGE2_SETTINGS, lambda stage: stage.startswith(STAGE2_STEPS),
+         "Stage 2 settings changed ({changes}): the world models are kept, Stage 2 is redone ({stages})"),
+)
+
+
+def from_old_state(old: dict[str, Any]) -> dict[str, Any]:
+    """A comparison's ``state.json`` from before the one state format (``{"config", "done": {stage: record with its
+    seconds}, "data_checks"}``), as :class:`~textwm.experiments.stages.StageRunner` reads it."""
+    stages = {name: {"status": "done", "seconds": record.get("seconds") or 0.0, "result": record}
+              for name, record in old["done"].items()}
+    if "data_checks" in old:
+        stages[SAME_DATA] = {"status": "done", "seconds": 0.0, "result": {"lines": old["data_checks"]}}
+    return {"config": old["config"], "stages": stages}
 
 
 # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
