@@ -1,7 +1,7 @@
 """The embedded default: the whole two-stage pipeline in miniature, on a CPU, with a report.
 
-Stages (each resumable: a finished stage is recorded in ``<out>/stages.json`` and skipped on the
-next run unless ``fresh``):
+Stages (:meth:`Demo.stages`, run by :class:`~textwm.experiments.stages.StageRunner`: each finished stage is
+recorded in ``<out>/state.json`` and skipped on the next run unless ``fresh``):
 
 1. ``data``: a small world-model dataset from the real env (``--env``: ScienceWorld, a few task types,
    train and test split by variation; ALFWorld, games generated offline, test on unseen floor plans),
@@ -20,25 +20,24 @@ next run unless ``fresh``):
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import random
-import shutil
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from textwm.config import option
-from textwm.data.jsonl import DataError, atomic_write, read_jsonl, write_json, write_jsonl
+from textwm.config import config_dict, option
+from textwm.data.jsonl import DataError, read_jsonl, write_jsonl
 from textwm.demo_report import render
 from textwm.envs.build import build
 from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
 from textwm.eval.paired import compare, load_episodes
 from textwm.eval.run import EvalConfig, run
+from textwm.experiments.report_writer import write_markdown
+from textwm.experiments.run_config import RunConfig, defaults
+from textwm.experiments.stages import Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig
 from textwm.generation.runner import run as generate
 from textwm.generation.settings import DecodeSettings
@@ -51,7 +50,6 @@ from textwm.training.config import SFTConfig
 
 log = logging.getLogger(__name__)
 
-STAGES = ("data", "train", "wm_eval", "grpo", "agent_eval", "report")
 #: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
 DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
 #: The demo's WM prompt layouts (:attr:`DemoConfig.prompt_style`).
@@ -59,23 +57,17 @@ DEMO_PROMPT_STYLES = ("compact", "full", "paper")
 
 
 @dataclass(frozen=True)
-class DemoConfig:
-    out: str = option("runs/demo", "run folder; a re-run skips finished stages")
-    smoke: bool = option(False, "an even smaller setting (CI, a few minutes)")
-    #: The env of the whole run (a registered env whose dataset builder has ``demo_config``).
-    env: str = option("sciworld", "the env of the whole run (one whose dataset builder has a demo)")
+@defaults(out="runs/demo")
+class DemoConfig(RunConfig):
+    """The demo's settings: :class:`~textwm.experiments.run_config.RunConfig`'s (its defaults are the demo's) and the
+    demo's data build and world-model training."""
+
+    RUN_ONLY_SETTINGS: ClassVar[tuple[str, ...]] = (*RunConfig.RUN_ONLY_SETTINGS, "workers")
+
     #: Task families (empty: the env builder's demo default).
     tasks: tuple[str, ...] = option((), "task types (default: the env's demo set; ScienceWorld: boil melt "
                                         "find-living-thing test-conductivity; ALFWorld: all six; AppWorld: "
                                         "all seven question kinds)")
-    #: Task types of the agent stages (SFT, GRPO, evaluation; empty: every type of the data). The world models
-    #: learn every type; a tiny agent finishes only short tasks within ``agent_turns`` (``create`` takes the env
-    #: builder's ``small_agent_tasks``: ScienceWorld's lifespan pair, 1-7 gold actions, where boil takes 25-50).
-    agent_tasks: tuple[str, ...] = option((), "task types of the agent stages, among --tasks; none: every "
-                                              "type of the data (default: the env's small-agent set)")
-    #: World-model families trained side by side; the GRPO stage serves the SDAR one.
-    families: tuple[str, ...] = option(("ar", "sdar"), "world-model families trained side by side, sdar "
-                                                       "included (the GRPO stage serves it)")
     train_variations: int = option(3, "train variations per task")
     test_variations: int = option(1, "held-out variations per task")
     explore_steps: int = option(12, "exploration steps per episode beyond the gold run")
@@ -85,40 +77,15 @@ class DemoConfig:
     prompt_style: str = option("compact", "WM prompt layout: compact (ALFWorld, AppWorld: their own), full "
                                           "(ScienceWorld's full sections) or paper (the paper's query, "
                                           "every env)")
-    size: str = option("tiny", "model size: tiny, small, ...")
-    vocab_size: int = option(1024, "the tokenizer trained on the rows")
     train_steps: int = option(1200, "world-model training steps")
-    batch_size: int = option(8, "training batch")
-    learning_rate: float = option(3e-3, "world-model learning rate")
-    cutoff_len: int = option(2048, "longest world-model training row in tokens; longer ones are dropped, "
-                                   "counted (the paper's layout: 4096)")
-    eval_rows: int = option(120, "held-out transitions scored")
-    gen_length: int = option(48, "tokens per decoded answer at most")
-    denoising_steps: int = option(2, "SDAR's denoising steps per block")
-    #: Steps of the agent's SFT on the gold demos before GRPO (0: GRPO from the agent's start as it is).
-    agent_sft_steps: int = option(150, "the agent's SFT steps on the gold demos before GRPO (0: GRPO from "
-                                       "its start as it is)")
-    #: The agent's start: a pretrained start's name (``python -m textwm.models.pretrained --list``) or an AR
-    #: checkpoint; empty: a tiny random model of ``size`` whose tokenizer is trained on the agent's rows.
-    agent_init: str = option("", "the agent's start: a pretrained start's name (textwm models pretrained "
-                                 "--list) or an AR checkpoint (default: a tiny random agent)")
-    #: The agent SFT's learning rate (a tiny random agent learns at 3e-3; a pretrained one wants ~1e-4 or less).
-    agent_learning_rate: float = option(3e-3, "the agent SFT's learning rate")
-    grpo_steps: int = option(3, "GRPO steps")
-    grpo_turns: int = option(4, "agent turns per GRPO rollout")
-    agent_episodes: int = option(6, "agent episodes per evaluation")
-    agent_turns: int = option(8, "turns per agent episode")
-    workers: int = option(2, "real env worker processes")
-    wm_port: int = option(30101, "WM server port")
-    proxy_port: int = option(30100, "WM proxy port")
-    seed: int = option(0, "seed of data, training and sampling")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         builder = get_env(self.env).dataset_builder()
         if builder is None or not hasattr(builder, "demo_config"):
             raise ValueError(f"env {self.env!r} has no demo (its dataset builder has no demo_config)")
-        if self.agent_sft_steps < 0:
-            raise ValueError(f"agent_sft_steps must be >= 0 (0: GRPO from a random agent), got {self.agent_sft_steps}")
+        if self.train_steps < 1:
+            raise ValueError(f"train_steps must be >= 1, got {self.train_steps}")
         if self.tasks and not set(self.agent_tasks) <= set(self.tasks):
             raise ValueError(f"agent_tasks {' '.join(sorted(set(self.agent_tasks) - set(self.tasks)))} not among "
                              f"tasks ({' '.join(self.tasks)})")
@@ -153,45 +120,25 @@ class DemoConfig:
         return cls.create(smoke=True, **overrides)
 
 
-@dataclass
-class StageRecord:
-    name: str
-    seconds: float
-    figures: dict[str, Any] = field(default_factory=dict)
-
-
-#: Settings that do not change what a run produces, so a resume may use other values.
-_NON_RESULT_SETTINGS = ("out", "wm_port", "proxy_port", "workers")
-
-
-def _result_settings(config: DemoConfig) -> dict[str, Any]:
-    """The settings a finished stage depends on, as they read back from JSON (tuples become lists)."""
-    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NON_RESULT_SETTINGS}
-    return json.loads(json.dumps(settings))
-
-
-def _changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    keys = (set(saved) | set(current)) - set(_NON_RESULT_SETTINGS)
-    return [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys) if saved.get(k) != current.get(k)]
+def _from_stages_json(old: dict[str, Any]) -> dict[str, Any]:
+    """The demo's state from before the one state format (``stages.json``: ``{"config": {...}, "stages": {name:
+    {"name", "seconds", "figures"}}}``), as :class:`~textwm.experiments.stages.StageRunner` reads it."""
+    return {"config": old["config"], "stages": {name: {"status": "done", "seconds": record["seconds"],
+                                                       "result": record["figures"]}
+                                                for name, record in old["stages"].items()}}
 
 
 class Demo:
+    """The demo's stages (:meth:`stages`) over one :class:`~textwm.experiments.stages.StageRunner` in
+    ``config.out``."""
+
     def __init__(self, config: DemoConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
         self.config = config
         self.out = Path(config.out)
         self.echo = echo
-        if fresh and self.out.exists():
-            shutil.rmtree(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.state_file = self.out / "stages.json"
-        self.records: dict[str, StageRecord] = {}
-        if self.state_file.exists():
-            state = json.loads(self.state_file.read_text())
-            changed = _changed_settings(state.get("config", {}), _result_settings(config))
-            if changed:
-                raise ValueError(f"{self.out} holds a run with other settings ({', '.join(changed)}); "
-                                 "use --fresh or another --out")
-            self.records = {k: StageRecord(**v) for k, v in state["stages"].items()}
+        self.runner = StageRunner(self.out, pipeline="demo", config=config_dict(config),
+                                  ignore=config.RUN_ONLY_SETTINGS, legacy=Legacy("stages.json", _from_stages_json),
+                                  fresh=fresh, echo=echo)
 
     def path(self, *parts: str) -> Path:
         return self.out.joinpath(*parts)
@@ -201,21 +148,17 @@ class Demo:
         ``agent_tasks`` the rows of those types (``data/agent/<name>``, written by the data stage)."""
         return self.path("data", "agent", name) if self.config.agent_tasks else self.path("data", name)
 
-    def _save(self) -> None:
-        write_json(self.state_file, {"config": _result_settings(self.config),
-                                     "stages": {k: dataclasses.asdict(v) for k, v in self.records.items()}})
+    def stages(self) -> list[Stage]:
+        """The demo in order (module docstring); the report is written again on every run."""
+        return [Stage("data", self.stage_data),
+                Stage("train", self.stage_train, after=("data",)),
+                Stage("wm_eval", self.stage_wm_eval, after=("train",)),
+                Stage("grpo", self.stage_grpo, after=("train",)),
+                Stage("agent_eval", self.stage_agent_eval, after=("grpo",)),
+                Stage("report", self.stage_report, after=("wm_eval", "agent_eval"), always=True)]
 
     def run(self) -> Path:
-        for i, name in enumerate(STAGES, 1):
-            if name in self.records and name != "report":
-                self.echo(f"[{i}/{len(STAGES)}] {name}: done earlier ({self.records[name].seconds:.0f} s), skipped")
-                continue
-            self.echo(f"[{i}/{len(STAGES)}] {name} ...")
-            started = time.perf_counter()
-            figures = getattr(self, f"stage_{name}")()
-            self.records[name] = StageRecord(name, round(time.perf_counter() - started, 1), figures or {})
-            self._save()
-            self.echo(f"[{i}/{len(STAGES)}] {name}: {self.records[name].seconds:.0f} s")
+        self.runner.run(self.stages(), numbered=True)
         self.echo(f"demo finished: {self.path('report.md')}")
         return self.path("report.md")
 
@@ -364,7 +307,5 @@ class Demo:
     # --- 6. report -----------------------------------------------------------------------------------
 
     def stage_report(self) -> dict[str, Any]:
-        text = render(self.config, self.records, self.out)
-        with atomic_write(self.path("report.md")) as f:
-            f.write(text)
+        write_markdown(self.path("report.md"), render(self.config, self.runner.records, self.out))
         return {"report": str(self.path("report.md"))}

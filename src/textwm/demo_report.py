@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from textwm.envs.registry import get_env
 from textwm.eval.episodes import fmt_ci
+from textwm.experiments.report_writer import fmt, image, stage_times, table
+from textwm.experiments.stages import StageRecord
 from textwm.metrics.scorer import METRIC_LABELS
 from textwm.rl.step_chart import GRPOCurves, steps_chart
 
 
 def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
+    return fmt(v, missing="n/a")
 
 
 #: The accuracy metrics the demo's verdict counts (higher is better for each).
@@ -74,9 +75,10 @@ def agent_verdict(agent: dict[str, Any], reward_per_step: list[float], agent_ini
             f"moves an agent little).{test}", ""]
 
 
-def render(config: Any, records: dict[str, Any], out: Path) -> str:
+def render(config: Any, records: Mapping[str, StageRecord], out: Path) -> list[str]:
+    """The lines of ``report.md`` from the run's stage ``records`` (its ``state.json``)."""
     spec = get_env(config.env)
-    fig = {name: rec.figures for name, rec in records.items()}
+    fig = {name: rec.result or {} for name, rec in records.items() if rec.status == "done"}
     agent_start = (f"the agent is the pretrained `{config.agent_init}` fine-tuned on the gold demos"
                    if config.agent_init else "the agent is a tiny random model fine-tuned on the gold demos")
     lines = ["# textwm demo: the two-stage pipeline in miniature", "",
@@ -84,9 +86,7 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
              f"trained on the demo's rows, {agent_start}. The figures show that every stage works end to end, not "
              "that the world models are useful.", "",
              "## Settings", "", "```", *(f"{k}: {v}" for k, v in dataclasses.asdict(config).items()), "```", "",
-             "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {name} | {rec.seconds} |" for name, rec in records.items()]
-    lines += [f"| total | {round(sum(r.seconds for r in records.values()), 1)} |", ""]
+             "## Wall time per stage", "", *stage_times(records)]
 
     data = fig.get("data", {})
     lines += [f"## 1. Data (real {spec.title} env)", "",
@@ -96,16 +96,15 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
 
     train = fig.get("train", {})
     lines += ["## 2. World models (same size, same tokenizer, same rows, same steps)", "",
-              "| family | parameters | steps | train_loss |", "|---|---|---|---|"]
-    lines += [f"| {k} | {v.get('parameters')} | {v.get('steps')} | {v.get('train_loss')} |" for k, v in train.items()]
+              *table(["family", "parameters", "steps", "train_loss"],
+                     [(k, v.get("parameters"), v.get("steps"), v.get("train_loss")) for k, v in train.items()])]
     lines += ["", "(The SDAR loss is the 1/p-weighted masked-token loss and the WeDLM loss averages it with an AR "
               "term; neither is comparable to the AR loss.)", ""]
 
     scores = fig.get("wm_eval", {}).get("scores", {})
     lines += ["## 3. World-model scores on held-out transitions", "",
-              "| model | num_samples | " + " | ".join(METRIC_LABELS) + " |", "|---|" + "---|" * (len(METRIC_LABELS) + 1)]
-    for name, s in scores.items():
-        lines.append(f"| {name} | {s.get('num_samples')} | " + " | ".join(_fmt(s.get(k)) for k in METRIC_LABELS) + " |")
+              *table(["model", "num_samples", *METRIC_LABELS],
+                     [(name, s.get("num_samples"), *(_fmt(s.get(k)) for k in METRIC_LABELS)) for name, s in scores.items()])]
     if scores:
         trained = [n[3:] for n in scores if n.startswith("wm_")]
         beat = [f"{n}: exact_match {_fmt(scores[f'init_{n}'].get('exact_match'))} untrained -> "
@@ -137,20 +136,19 @@ def render(config: Any, records: dict[str, Any], out: Path) -> str:
               f"{grpo.get('wm_answered_steps')}, WM errors: {grpo.get('wm_errors')}", ""]
 
     chart = steps_chart([GRPOCurves("agent_grpo", grpo.get("steps") or [])], out / "grpo_steps.png")
-    if chart:
-        lines += [f"Per step (reward, groups with no reward spread, token entropy, KL): ![GRPO per step]({chart.name})",
-                  ""]
+    lines += [f"Per step (reward, groups with no reward spread, token entropy, KL): {line}" for line in
+              image("GRPO per step", chart)]
 
     agent = fig.get("agent_eval", {})
-    lines += ["## 5. Agent before / after, real env vs world model (Word2World fidelity)", "",
-              "| agent | Real success | Real 95% interval (Wilson) | WM success | W2R success | CR = W2R / Real | "
-              "Real mean score |", "|---|---|---|---|---|---|---|"]
+    rows = []
     for name, r in agent.items():
         f = r.get("fidelity") or {}
         rate = {m: (f.get(m) or {}).get("success_rate") for m in ("real", "wm", "w2r")}
-        lines.append(f"| {name} | {_fmt(rate['real'])} | {fmt_ci((f.get('real') or {}).get('success_ci95'))} | "
-                     f"{_fmt(rate['wm'])} | {_fmt(rate['w2r'])} | "
-                     f"{_fmt(f.get('cr'))} | {_fmt((f.get('real') or {}).get('mean_score'))} |")
-    lines += ["", *agent_verdict(agent, grpo.get("reward_per_step") or [], config.agent_init),
+        rows.append((name, _fmt(rate["real"]), fmt_ci((f.get("real") or {}).get("success_ci95")), _fmt(rate["wm"]),
+                     _fmt(rate["w2r"]), _fmt(f.get("cr")), _fmt((f.get("real") or {}).get("mean_score"))))
+    lines += ["## 5. Agent before / after, real env vs world model (Word2World fidelity)", "",
+              *table(["agent", "Real success", "Real 95% interval (Wilson)", "WM success", "W2R success",
+                      "CR = W2R / Real", "Real mean score"], rows),
+              "", *agent_verdict(agent, grpo.get("reward_per_step") or [], config.agent_init),
               f"Details: agent_eval/<agent>/eval_{spec.name}.md (episodes in episodes_{{real,wm,w2r}}.jsonl).", ""]
-    return "\n".join(lines) + "\n"
+    return lines

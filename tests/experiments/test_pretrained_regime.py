@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.conftest import TINY_CORPUS, chat, run_script, write_lines
+from tests.experiments.helpers import done_results
 from textwm.experiments.pretrained_regime import should_stop
 from textwm.experiments.same_data import check_same_epochs
 from textwm.experiments.wm_comparison import ComparisonConfig, plan_arms
@@ -67,19 +68,19 @@ def test_the_pretrained_regime_runs_end_to_end_from_a_tiny_llama_and_resumes(tmp
             "--bootstrap", "20"]
     res = run_script("scripts/wm_comparison.py", *args, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    state = json.loads((out / "state.json").read_text())
+    done = done_results(out)
     for family in ("ar", "sdar", "wedlm"):
-        train = state["done"][f"train/pretrained/{family}"]
+        train = done[f"train/pretrained/{family}"]
         assert 1 <= train["epochs_trained"] <= 2 and 1 <= train["best_epoch"] <= train["epochs_trained"]
         assert all(e["eval_loss"] > 0 for e in train["epochs"])
-        scored = state["done"][f"eval/pretrained/{family}"]
+        scored = done[f"eval/pretrained/{family}"]
         passes = scored["epochs"][0]["passes"]
         assert set(passes) == ({"greedy_s4", "greedy_s1"} if family == "sdar" else {"greedy"})
         assert [row["temperature"] for row in scored["temperature_sweep"]] == [0.7]
         # The SDAR and WeDLM arms were converted from the Llama start; the AR arm stays a Llama.
         config = json.loads((out / "arms" / f"pretrained_{family}" / "epoch1" / "config.json").read_text())
         assert config["model_type"] == "llama" and config.get("diffusion") == (None if family == "ar" else family)
-    assert any(line.startswith("pretrained, epoch 1") for line in state["data_checks"])
+    assert any(line.startswith("pretrained, epoch 1") for line in done["checks/same_data"]["lines"])
     report = (out / "report.md").read_text()
     assert "A pretrained start" in report and "| pretrained/sdar | 1" in report and "(best)" in report
     assert (out / "pretrained.png").is_file()
@@ -110,7 +111,7 @@ def test_stage2_from_the_pretrained_start_in_the_real_env_and_in_the_best_epochs
             "--workers", "2"]
     res = run_script("scripts/wm_comparison.py", *args, timeout=1800)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    done = json.loads((out / "state.json").read_text())["done"]
+    done = done_results(out)
     assert done["agent/sft"]["init"] == str(start)               # the pretrained start is the agent
     assert done["grpo/pretrained/ar"]["wm_answered_steps"] + done["grpo/pretrained/ar"]["local_answered_steps"] >= 1
     assert done["grpo/real"]["real_answered_steps"] >= 1
@@ -122,18 +123,19 @@ def test_stage2_from_the_pretrained_start_in_the_real_env_and_in_the_best_epochs
 
 
 def test_a_new_max_epochs_keeps_the_epochs_and_decides_anew_where_arms_stop(tmp_path):
-    from textwm.data.jsonl import write_json
     from textwm.experiments.wm_comparison import Comparison
 
     config = ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path))
     first = Comparison(config, echo=lambda line: None)
-    first.state["done"] = {"data": {}, "init": {}, "train/pretrained/ar": {}, "generate/pretrained/ar/epoch1": {},
-                           "generate/pretrained/ar/sampled": {}, "eval/pretrained/ar": {}}
-    write_json(first.state_file, first.state)
+    for stage in ("data", "init", "train/pretrained/ar", "generate/pretrained/ar/epoch1",
+                  "generate/pretrained/ar/sampled", "eval/pretrained/ar"):
+        first.runner.record(stage, {}, seconds=1.0)
     said = []
     again = Comparison(ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path), max_epochs=5),
                        echo=said.append)
-    assert set(again.state["done"]) == {"data", "init", "generate/pretrained/ar/epoch1"}
-    assert again.state["config"]["max_epochs"] == 5 and "max_epochs: 2 -> 5" in said[0]
+    assert set(again.done) == {"data", "init", "generate/pretrained/ar/epoch1"}
+    assert "max_epochs: 2 -> 5" in said[0]
+    again.runner.save()
+    assert json.loads(again.state_file.read_text())["config"]["max_epochs"] == 5
     with pytest.raises(ValueError, match="other settings"):
         Comparison(ComparisonConfig.create(smoke=True, init="some-start", out=str(tmp_path), batch_size=7))

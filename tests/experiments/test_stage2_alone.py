@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.conftest import run_script, write_lines
+from tests.experiments.helpers import done_results
 from textwm.experiments.common import AGENT_FILES, ComparisonError
 from textwm.experiments.comparison_agents import (
     CALIBRATION_FILE,
@@ -17,6 +18,7 @@ from textwm.experiments.comparison_agents import (
     grpo_agents,
     paired_results,
 )
+from textwm.experiments.stages import Stage
 from textwm.experiments.wm_comparison import Comparison, ComparisonConfig
 
 REAL_ONLY = {"stage1": False, "grpo_families": ("real",)}
@@ -83,7 +85,7 @@ def _alone(root, data, out: str = "run", **settings) -> Comparison:
     config = ComparisonConfig.create(stage2=True, data_dir=str(data), out=str(root / out), agent_tasks=(),
                                      **REAL_ONLY, **settings)
     comparison = Comparison(config, echo=lambda line: None)
-    comparison._step("data", comparison.stage_data)
+    comparison.runner.run_stage(Stage("data", comparison.stage_data))
     return comparison
 
 
@@ -94,7 +96,7 @@ def _ids(path) -> list[str]:
 def test_stage2_alone_copies_the_agent_files_and_no_world_model_rows(tmp_path):
     data = _data_dir(tmp_path, 4)
     comparison = _alone(tmp_path, data)
-    assert comparison.state["done"]["data"]["train_rows"] == 0
+    assert comparison.done["data"]["train_rows"] == 0
     assert sorted(p.name for p in comparison.path("data").iterdir()) == sorted(AGENT_FILES)
     (data / "sft_train.jsonl").unlink()
     with pytest.raises(ComparisonError, match="has no sft_train.jsonl, which Stage 2 needs"):
@@ -170,7 +172,7 @@ def test_the_summary_sums_the_seeds_and_tests_them_task_by_task(tmp_path):
         folder.mkdir(parents=True)
         write_lines(folder / "episodes_real.jsonl", [{"episode_id": f"melt_v{i}#0", "success": s, "score": 0.0}
                                                      for i, s in enumerate(successes)])
-    comparison.state["done"]["grpo/real"] = {"reward_per_step": [0.1, 0.2, 0.3]}
+    comparison.runner.record("grpo/real", {"reward_per_step": [0.1, 0.2, 0.3]}, seconds=1.0)
     record = paired_results(comparison)
     summary = json.loads(comparison.path("stage2_summary.json").read_text())
     assert summary["env"] == "sciworld" and set(summary["arms"]) == {"real"}
@@ -217,7 +219,7 @@ def test_stage2_alone_runs_grpo_in_the_real_env_per_seed_with_calibration_curves
     assert not (out / "arms").exists()                                   # no world model trained
     calibration = _ids(out / "stage2_data" / CALIBRATION_FILE)
     assert len(calibration) == 1 and sorted(calibration + _ids(out / "stage2_data" / "rl_test.jsonl")) == sorted(held_out)
-    done = json.loads((out / "state.json").read_text())["done"]
+    done = done_results(out)
     assert done["agent/sft"]["checkpoints"] == [10, 20]
     stop = done["agent/sft_stop"]
     assert stop["step"] in (10, 20) and stop["tried"][0]["step"] == 10

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.conftest import TINY_CORPUS, chat, run_script, write_lines
+from tests.experiments.helpers import done_results
 from textwm.experiments.wm_comparison import (
     Arm,
     ComparisonConfig,
@@ -103,17 +104,18 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
                      "--grpo-families", "ar", "sdar", "real", timeout=1800)
     assert gpu.returncode == 0, gpu.stderr[-3000:]
     assert "every arm has decoded and Stage 2 is done" in gpu.stdout and not (out / "report.md").exists()
-    state = json.loads((out / "state.json").read_text())
-    assert "agent/eval/grpo_convert_sdar" in state["done"] and not any(k.startswith("eval/") for k in state["done"])
+    done = done_results(out)
+    assert "agent/eval/grpo_convert_sdar" in done and not any(k.startswith("eval/") for k in done)
     shutil.rmtree(out / "arms")
     first = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), "--until", "scores",
                        "--grpo-families", "ar", "sdar", "real", timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "train/convert/sdar: done earlier, skipped" in first.stdout and "Not run yet" not in first.stdout
-    state = json.loads((out / "state.json").read_text())
+    done = done_results(out)
     assert {"data", "init", "train/convert/ar_head", "generate/scratch/wedlm", "eval/scratch/wedlm",
-            "eval/convert/sdar"} <= set(state["done"])
-    assert len(state["data_checks"]) == 3 and all("saw the same" in line for line in state["data_checks"])
+            "eval/convert/sdar"} <= set(done)
+    checks = done["checks/same_data"]["lines"]
+    assert len(checks) == 3 and all("saw the same" in line for line in checks)
     report = (out / "report.md").read_text()
     for arm in ("scratch/ar", "scratch/sdar", "scratch/wedlm", "convert/ar", "convert/sdar", "convert/wedlm"):
         assert f"| {arm} | 40 |" in report               # every arm: the same 40 steps
@@ -125,16 +127,16 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     for agent, inside in (("sft", "none (before GRPO)"), ("grpo_convert_ar", "convert/ar"),
                           ("grpo_convert_sdar", "convert/sdar")):
         assert f"| {agent} | {inside} | 2 |" in report     # the smoke data's 2 held-out task rows (melt, lifespan)
-    assert state["done"]["agent/sft"]["turn_rows"] > state["done"]["agent/sft"]["demos"] >= 1
-    assert state["done"]["agent/eval/sft"]["success_ci95"] is not None
+    assert done["agent/sft"]["turn_rows"] > done["agent/sft"]["demos"] >= 1
+    assert done["agent/eval/sft"]["success_ci95"] is not None
     assert "| world model | Real | WM | W2R | CR | WM errors |" in report and "| convert/sdar | 0" in report
-    fidelity = state["done"]["fidelity/convert/ar"]
+    fidelity = done["fidelity/convert/ar"]
     assert fidelity["real"]["episodes"] == fidelity["wm"]["episodes"] == fidelity["w2r"]["episodes"] == 2
     assert "![Stage 2](stage2.png)" in report and (out / "stage2.png").stat().st_size > 0
-    grpo = state["done"]["grpo/convert/sdar"]
+    grpo = done["grpo/convert/sdar"]
     assert grpo["episodes"] >= 1 and len(grpo["reward_per_step"]) == 1
     # GRPO in the real env (an env server started for the step), then every agent paired with the SFT agent.
-    real = state["done"]["grpo/real"]
+    real = done["grpo/real"]
     assert real["rollout_env"] == "real" and real["real_answered_steps"] >= 1 and real["wm_answered_steps"] == 0
     assert "| grpo_real | the real env | 2 |" in report and "exact McNemar p |" in report
     summary = json.loads((out / "stage2_summary.json").read_text())
@@ -142,7 +144,8 @@ def test_the_smoke_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert all(a["episodes"] == 2 and a["steps"] == 1 and 0 <= a["p_value"] <= 1 for a in summary["arms"].values())
     flags = ("--grpo-families", "ar", "sdar", "real")
     again = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), *flags, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(state["done"])
+    # Every stage done is skipped, but the data check, which runs on every run.
+    assert again.returncode == 0 and again.stdout.count("done earlier, skipped") == len(done) - 1
     changed = run_script("scripts/wm_comparison.py", "--smoke", "--out", str(out), *flags, "--steps", "50")
     assert changed.returncode == 2 and "holds a comparison with other settings (steps: 40 -> 50)" in changed.stderr
 
@@ -203,7 +206,7 @@ def test_arms_trained_at_once_give_the_same_models_as_one_at_a_time(tmp_path):
     def trained(out, *extra):
         result = run_script("scripts/wm_comparison.py", *args, "--out", str(out), *extra, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
-        done = json.loads((out / "state.json").read_text())["done"]
+        done = done_results(out)
         return result, {k: v for k, v in done.items() if k.startswith("train/")}
 
     _, alone = trained(tmp_path / "one")
@@ -223,9 +226,9 @@ def test_the_report_says_when_train_seconds_were_shared():
     from textwm.experiments.comparison_report import shared_device_note
 
     arms = plan_arms(ComparisonConfig(regimes=("scratch",), families=("ar", "sdar")))
-    solo = SimpleNamespace(arms=arms, state={"done": {f"train/{a.name}": {"concurrent_arms": 1} for a in arms}})
+    solo = SimpleNamespace(arms=arms, done={f"train/{a.name}": {"concurrent_arms": 1} for a in arms})
     assert shared_device_note(solo, "scratch") == []
-    shared = SimpleNamespace(arms=arms, state={"done": {f"train/{a.name}": {"concurrent_arms": 2} for a in arms}})
+    shared = SimpleNamespace(arms=arms, done={f"train/{a.name}": {"concurrent_arms": 2} for a in arms})
     assert shared_device_note(shared, "scratch") == [
         "Train s is wall clock with arms sharing the device: scratch/ar trained alongside 1 other(s), "
         "scratch/sdar trained alongside 1 other(s).\n"]
@@ -237,12 +240,12 @@ def test_a_stage2_setting_change_redoes_stage2_and_keeps_the_world_models(tmp_pa
     assert set(STAGE2_SETTINGS) <= {f.name for f in dataclasses.fields(ComparisonConfig)}
     config = ComparisonConfig.create(smoke=True, out=str(tmp_path))
     first = Comparison(config, echo=lambda line: None)
-    first.state["done"] = {"data": {}, "train/scratch/ar": {"steps": 40}, "agent/sft": {}, "grpo/convert/ar": {},
-                           "fidelity/convert/ar": {}}
-    (tmp_path / "state.json").write_text(json.dumps(first.state))
+    for stage, result in (("data", {}), ("train/scratch/ar", {"steps": 40}), ("agent/sft", {}), ("grpo/convert/ar", {}),
+                          ("fidelity/convert/ar", {})):
+        first.runner.record(stage, result, seconds=1.0)
     said = []
     again = Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), grpo_steps=3), echo=said.append)
-    assert set(again.state["done"]) == {"data", "train/scratch/ar"}
+    assert set(again.done) == {"data", "train/scratch/ar"}
     assert "Stage 2 settings changed (grpo_steps: 1 -> 3): the world models are kept" in said[0]
     with pytest.raises(ValueError, match="other settings \\(steps: 40 -> 41"):
         Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), steps=41))
@@ -268,10 +271,10 @@ def test_the_report_names_the_stage2_steps_not_run_yet(tmp_path):
         "Not run yet: `agent/sft`, `agent/eval/sft`, `grpo/convert/ar`, `agent/eval/grpo_convert_ar`, "
         "`grpo/convert/sdar`, `agent/eval/grpo_convert_sdar`, `agent/paired`, `probes/convert/ar`, "
         "`fidelity/convert/ar`, `probes/convert/sdar`, `fidelity/convert/sdar`.\n")
-    comparison.state["done"].update({
-        "agent/sft": {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5},
-        "agent/eval/sft": {"episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79],
-                           "mean_score": 40.0, "agent_errors": 0, "env_errors": 0, "unparseable_replies": 0}})
+    comparison.runner.record("agent/sft", {"demos": 2, "turn_rows": 9, "steps": 20, "train_loss": 0.5}, seconds=9.0)
+    comparison.runner.record("agent/eval/sft", {
+        "episodes": 3, "successes": 1, "success_rate": 1 / 3, "success_ci95": [0.06, 0.79], "mean_score": 40.0,
+        "agent_errors": 0, "env_errors": 0, "unparseable_replies": 0}, seconds=3.0)
     section = "\n".join(stage2_section(comparison))
     assert "Not run yet: `grpo/convert/ar`," in section and "| sft | none (before GRPO) | 3 | 1 |" in section
 
@@ -318,3 +321,38 @@ def test_stage2_agent_tasks_default_to_the_envs_small_agent_types():
     assert ComparisonConfig.create().agent_tasks == SMALL_AGENT_TASKS
     assert ComparisonConfig.create(smoke=True).agent_tasks == ()     # the smoke data's every type
     assert ComparisonConfig.create(agent_tasks=()).agent_tasks == ()
+
+
+def test_a_run_folder_of_the_older_state_format_is_read_and_converted(tmp_path):
+    """A run folder from before the one state format (its "done" mapping, each record with its seconds, and the
+    data checks beside it) resumes: its stages are done, its checks a stage, the file rewritten in the new format."""
+    from textwm.config import config_dict
+    from textwm.experiments.wm_comparison import Comparison
+
+    config = ComparisonConfig.create(smoke=True, out=str(tmp_path))
+    settings = {k: v for k, v in config_dict(config).items() if k not in config.RUN_ONLY_SETTINGS}
+    (tmp_path / "state.json").write_text(json.dumps({
+        "config": settings, "data_checks": ["scratch from init: scratch/ar, scratch/sdar saw the same 90 tokens"],
+        "done": {"data": {"train_rows": 51, "seconds": 12.0}, "train/scratch/ar": {"steps": 40, "seconds": 30.5}}}))
+    said = []
+    comparison = Comparison(config, echo=said.append)
+    assert comparison.done["train/scratch/ar"] == {"steps": 40, "seconds": 30.5}
+    assert comparison.runner.records["train/scratch/ar"].seconds == 30.5
+    assert comparison.done["checks/same_data"]["lines"][0].startswith("scratch from init")
+    assert "converted to the current state format" in said[0]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["format"] == "textwm-stages/1" and state["stages"]["data"]["status"] == "done"
+    with pytest.raises(ValueError, match="other settings \\(steps: 40 -> 41"):
+        Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path), steps=41))
+
+
+def test_the_demo_and_the_comparison_refuse_each_others_run_folder(tmp_path):
+    from textwm.demo import Demo, DemoConfig
+    from textwm.experiments.wm_comparison import Comparison
+
+    Demo(DemoConfig.smoke_test(out=str(tmp_path)), echo=lambda line: None).runner.save()
+    with pytest.raises(ValueError, match="state.json is the state of a demo run, not of a comparison; use another "
+                                         "--out"):
+        Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)))
+    with pytest.raises(ValueError, match="is not the state of a comparison run; not deleting"):
+        Comparison(ComparisonConfig.create(smoke=True, out=str(tmp_path)), fresh=True)

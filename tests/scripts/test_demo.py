@@ -32,9 +32,12 @@ def test_demo_smoke_runs_end_to_end_and_resumes(repo, tmp_path):
         assert needle in report
     assert (out / "wm_eval" / "comparison.png").stat().st_size > 10_000
     assert "![GRPO per step](grpo_steps.png)" in report and (out / "grpo_steps.png").stat().st_size > 10_000
-    stages = json.loads((out / "stages.json").read_text())["stages"]
+    state = json.loads((out / "state.json").read_text())
+    assert (state["format"], state["pipeline"], state["config"]["train_steps"]) == ("textwm-stages/1", "demo", 40)
+    stages = state["stages"]
     assert list(stages) == ["data", "train", "wm_eval", "grpo", "agent_eval", "report"]
-    assert stages["grpo"]["figures"]["reward_per_step"]
+    assert all(s["status"] == "done" for s in stages.values())
+    assert stages["grpo"]["result"]["reward_per_step"]
     print(f"smoke demo: {elapsed:.0f} s")
     # A re-run resumes: every finished stage is skipped.
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -82,11 +85,27 @@ def test_demo_resume_accepts_same_settings_and_names_changed_ones(tmp_path):
 
     config = DemoConfig.smoke_test(out=str(tmp_path / "demo"))
     first = Demo(config, echo=lambda _: None)
-    first._save()
+    first.runner.save()
     # Same settings (tuples read back from JSON as lists), other ports: a resume.
     Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), wm_port=1, proxy_port=2), echo=lambda _: None)
     with pytest.raises(ValueError, match=r"train_steps: 40 -> 41"):
         Demo(DemoConfig.smoke_test(out=str(tmp_path / "demo"), train_steps=41), echo=lambda _: None)
+
+
+def test_a_demo_folder_of_the_older_stages_json_is_read_and_converted(tmp_path):
+    from textwm.demo import Demo, DemoConfig
+
+    config = DemoConfig.smoke_test(out=str(tmp_path))
+    settings = {k: v for k, v in Demo(config, echo=lambda _: None).runner.config.items()
+                if k not in config.RUN_ONLY_SETTINGS}
+    (tmp_path / "state.json").unlink(missing_ok=True)
+    (tmp_path / "stages.json").write_text(json.dumps({"config": settings, "stages": {
+        "data": {"name": "data", "seconds": 12.5, "figures": {"transitions": 51}}}}))
+    said = []
+    demo = Demo(config, echo=said.append)
+    assert demo.runner.results == {"data": {"transitions": 51}} and demo.runner.records["data"].seconds == 12.5
+    assert not (tmp_path / "stages.json").exists() and "converted to the current state format" in said[0]
+    assert json.loads((tmp_path / "state.json").read_text())["stages"]["data"]["status"] == "done"
 
 
 def test_demo_families_must_include_the_sdar_world_model():

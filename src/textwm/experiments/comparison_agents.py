@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from textwm.envs.task_types import write_agent_files
 from textwm.eval.paired import compare, load_episodes, sign_test_over_runs
 from textwm.eval.run import EvalConfig, run
 from textwm.experiments.common import AGENT_FILES, BLOCKS, ComparisonError
+from textwm.experiments.stages import Stage
 from textwm.generation.settings import DecodeSettings
 from textwm.rl.in_wm import GRPOInWM, grpo_checkpoints, run_grpo_in_wm
 from textwm.serving.local_stack import local_wm_stack
@@ -62,18 +62,18 @@ def wm_arms(comparison: Any) -> list[Any]:
 def served_model(comparison: Any, arm: Any) -> Path:
     """The checkpoint an arm's world model is served from: its best epoch in the pretrained regime, else its last."""
     if arm.regime == "pretrained":
-        return comparison.path("arms", arm.folder, f"epoch{comparison.state['done'][f'train/{arm.name}']['best_epoch']}")
+        return comparison.path("arms", arm.folder, f"epoch{comparison.done[f'train/{arm.name}']['best_epoch']}")
     return comparison.path("arms", arm.folder, "final")
 
 
 def sft_agent(comparison: Any) -> Path:
     """The agent Stage 2 starts from: the SFT stop chosen on the calibration rows, else the last SFT step."""
-    stop = comparison.state["done"].get("agent/sft_stop")
+    stop = comparison.done.get("agent/sft_stop")
     return Path(stop["agent"]) if stop else sft_agent_path(comparison.path("agent"))
 
 
 def run_stage2(comparison: Any) -> None:
-    """Every Stage-2 step of ``comparison`` not done yet, each recorded in its state."""
+    """Every Stage-2 stage of ``comparison`` not done yet, each recorded in its ``state.json``."""
     c = comparison.config
     for name in AGENT_FILES:      # a run folder whose data stage ran with Stage 2 off has not copied them
         target = comparison.path("data", name)
@@ -83,8 +83,7 @@ def run_stage2(comparison: Any) -> None:
                                       + (f" nor in --data-dir {c.data_dir}" if c.data_dir else ""))
             shutil.copyfile(Path(c.data_dir) / name, target)
     _write_agent_data(comparison)
-    for key, work in stage2_plan(comparison):
-        comparison._step(key, work)
+    comparison.runner.run(stage2_plan(comparison))
 
 
 #: The held-out task rows the calibration set takes (``calibration_episodes``), beside Stage 2's other files.
@@ -124,31 +123,38 @@ def _write_agent_data(comparison: Any) -> None:
         write_jsonl(out / "rl_test.jsonl", [r for i, r in enumerate(held_out) if i not in chosen])
 
 
-def stage2_plan(comparison: Any) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
-    """Stage 2's steps in order: each one's state key and its work."""
+def stage2_plan(comparison: Any) -> list[Stage]:
+    """Stage 2's stages in order (module docstring), each after the stages whose results or files it uses."""
     c = comparison.config
-    plan = [("agent/sft", lambda: train_agent(comparison))]
+    plan = [Stage("agent/sft", lambda: train_agent(comparison), after=("data",))]
+    start = ("agent/sft", "agent/sft_stop") if c.agent_sft_checkpoints > 1 else ("agent/sft",)
     if c.agent_sft_checkpoints > 1:
-        plan.append(("agent/sft_stop", lambda: choose_sft_stop(comparison)))
-    plan.append(("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft")))
+        plan.append(Stage("agent/sft_stop", lambda: choose_sft_stop(comparison), after=("agent/sft",)))
+    plan.append(Stage("agent/eval/sft", lambda: eval_agent(comparison, sft_agent(comparison), "sft"), after=start))
     arms = {arm.name: arm for arm in wm_arms(comparison)}
     if c.calibration_episodes and c.agent_sft_checkpoints <= 1:    # the start's point of every calibration curve
-        plan.append(("calibration/sft", lambda: _calibration_run(comparison, sft_agent(comparison), "sft")))
+        plan.append(Stage("calibration/sft", lambda: _calibration_run(comparison, sft_agent(comparison), "sft"),
+                          after=start))
+    curve_start = ("calibration/sft",) if c.agent_sft_checkpoints <= 1 else ()
     for agent in grpo_agents(comparison):
         arm = arms.get(agent.label)
         work = ((lambda a=agent: grpo_in_real(comparison, a)) if arm is None else
                 (lambda a=agent, arm=arm: grpo_in_arm(comparison, arm, a)))
-        plan += [(agent.grpo_key, work),
-                 (f"agent/eval/{agent.name}", lambda a=agent: eval_agent(comparison, comparison.path("agent", a.name),
-                                                                          a.name))]
+        plan += [Stage(agent.grpo_key, work, after=(*start, *((f"train/{arm.name}",) if arm else ()))),
+                 Stage(f"agent/eval/{agent.name}", lambda a=agent: eval_agent(comparison, comparison.path("agent", a.name),
+                                                                              a.name), after=(agent.grpo_key,))]
         if c.calibration_episodes:
-            plan.append((f"calibration/{agent.name}", lambda a=agent: calibration_curve(comparison, a)))
-    plan.append(("agent/paired", lambda: paired_results(comparison)))
+            plan.append(Stage(f"calibration/{agent.name}", lambda a=agent: calibration_curve(comparison, a),
+                              after=(agent.grpo_key, *curve_start)))
+    plan.append(Stage("agent/paired", lambda: paired_results(comparison),
+                      after=("agent/eval/sft", *(f"agent/eval/{a.name}" for a in grpo_agents(comparison)))))
     # The world models' diagnostics last: a run cut short (a GPU lease) has its GRPO results first; the probes (the
     # task's facts, a minute) before the fixed agent's fidelity (its episodes in the world model and replayed).
     for arm in arms.values():
-        plan += [(f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm)),
-                 (f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm))]
+        plan += [Stage(f"probes/{arm.name}", lambda arm=arm: probe_world_model(comparison, arm),
+                       after=(f"train/{arm.name}",)),
+                 Stage(f"fidelity/{arm.name}", lambda arm=arm: fixed_agent_fidelity(comparison, arm),
+                       after=(f"train/{arm.name}", *start))]
     return plan
 
 
@@ -163,7 +169,7 @@ class GRPOAgent:
     inside: str
     #: That arm's name (``the real env`` for real).
     label: str
-    #: Its GRPO step's state key.
+    #: Its GRPO stage's name.
     grpo_key: str
     seed: int
 
@@ -238,7 +244,7 @@ def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
     """Real success on the calibration rows of the agent Stage 2 started from (step 0) and of every agent the GRPO
     run kept (every ``calibration_every`` steps)."""
 
-    done = comparison.state["done"]
+    done = comparison.done
     start = done.get("agent/sft_stop") or {}
     chosen = next((t for t in start.get("tried", ()) if t["step"] == start["step"]), None)
     points = [{**(chosen or done["calibration/sft"]), "step": 0}]
@@ -317,7 +323,7 @@ def grpo_in_real(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
 def paired_results(comparison: Any) -> dict[str, Any]:
     """Every GRPO agent against the SFT agent on the same held-out tasks; ``stage2_summary.json`` beside the report."""
 
-    c, done = comparison.config, comparison.state["done"]
+    c, done = comparison.config, comparison.done
     before = load_episodes(comparison.path("agent_eval", "sft"))
     agents, by_arm = {}, {}
     for agent in grpo_agents(comparison):

@@ -18,6 +18,7 @@ import sys
 
 from textwm.config import ConfigCLI, ConfigError
 from textwm.data.jsonl import DataError
+from textwm.experiments.stages import StateError
 from textwm.experiments.wm_comparison import UNTIL, Comparison, ComparisonConfig, ComparisonError
 
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         comparison.run(until=extra.until)
-    except (ComparisonError, ConfigError, DataError) as exc:   # ours, with what and where; anything else: traceback
+    except (ComparisonError, ConfigError, DataError, StateError) as exc:   # ours, with what and where; else a traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

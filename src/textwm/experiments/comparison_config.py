@@ -6,15 +6,14 @@ Split from :mod:`textwm.experiments.wm_comparison`, which runs them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from textwm.config import option
 from textwm.envs.registry import get_env
 from textwm.experiments.common import FAMILIES, RANDOM_INIT_REGIMES, REGIMES
+from textwm.experiments.run_config import RunConfig, defaults
+from textwm.experiments.stages import Redo
 
-#: Settings that do not change what a run produces (a resume may use other values). ``parallel`` changes the
-#: wall-clock seconds of training (recorded per arm), not the models: each arm's trainer is deterministic.
-NON_RESULT_SETTINGS = ("out", "parallel", "wm_port", "proxy_port")
 #: Settings of Stage 2 alone: a change (or a run folder from before Stage 2) redoes Stage 2, not the world models.
 STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_vocab_size", "agent_cutoff_len",
                    "agent_sft_steps", "agent_sft_checkpoints", "agent_target_success", "agent_learning_rate",
@@ -24,16 +23,59 @@ STAGE2_SETTINGS = ("stage2", "agent_init", "agent_tasks", "agent_size", "agent_v
 #: Settings of the pretrained regime's stopping: a change keeps every epoch trained and decoded, and decides anew
 #: where each arm stops (a run of a few epochs per GPU lease goes on with a larger max_epochs).
 EPOCH_SETTINGS = ("max_epochs", "patience")
-#: The state keys of Stage 2's steps.
+#: The name prefixes of Stage 2's stages.
 STAGE2_STEPS = ("agent/", "fidelity/", "probes/", "grpo/", "calibration/")
+#: The stage that checks the arms' training data (run on every run, after the arms are trained).
+SAME_DATA = "checks/same_data"
+
+
+def _decided_by_epochs(stage: str) -> bool:
+    """The stages a new ``max_epochs`` or ``patience`` decides anew: where each pretrained arm stops (its train record),
+    its best epoch's samples and its scores. Each epoch trained (``arms/<arm>/epochs.json``) and decoded is kept."""
+    return (stage.startswith(("train/pretrained/", "eval/pretrained/"))
+            or (stage.startswith("generate/pretrained/") and stage.endswith("/sampled")))
+
+
+#: How a resumed comparison treats a changed setting beyond the run-only ones: a Stage-2 setting redoes Stage 2 and
+#: keeps the world models; a pretrained-regime stopping setting keeps the epochs trained and decoded; any other
+#: change is refused (:class:`~textwm.experiments.stages.StageRunner`).
+RESUME_REDO = (
+    Redo(EPOCH_SETTINGS, _decided_by_epochs, "{changes}: the epochs trained are kept; {stages} decided anew"),
+    Redo(STAGE2_SETTINGS, lambda stage: stage.startswith(STAGE2_STEPS),
+         "Stage 2 settings changed ({changes}): the world models are kept, Stage 2 is redone ({stages})"),
+)
+
+
+def from_old_state(old: dict[str, Any]) -> dict[str, Any]:
+    """A comparison's ``state.json`` from before the one state format (``{"config", "done": {stage: record with its
+    seconds}, "data_checks"}``), as :class:`~textwm.experiments.stages.StageRunner` reads it."""
+    stages = {name: {"status": "done", "seconds": record.get("seconds") or 0.0, "result": record}
+              for name, record in old["done"].items()}
+    if "data_checks" in old:
+        stages[SAME_DATA] = {"status": "done", "seconds": 0.0, "result": {"lines": old["data_checks"]}}
+    return {"config": old["config"], "stages": stages}
+
+
+# Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
+# trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
 @dataclass(frozen=True)
-class ComparisonConfig:
-    out: str = option("runs/wm_comparison", "run folder; a re-run resumes it")
-    env: str = option("sciworld", "env of the demo dataset (used when --data-dir is empty)")
+@defaults(out="runs/wm_comparison", families=FAMILIES, size="qwen3-0.6b", vocab_size=4096, learning_rate=3e-4,
+          cutoff_len=1024, eval_rows=300, gen_length=96, denoising_steps=1, agent_sft_steps=300, grpo_steps=20,
+          grpo_turns=8, agent_episodes=30, agent_turns=10, workers=4, wm_port=30201, proxy_port=30200)
+class ComparisonConfig(RunConfig):
+    """The comparison's settings: :class:`~textwm.experiments.run_config.RunConfig`'s with the comparison's defaults
+    (one GPU), its regimes, arms and decodings, and Stage 2's agent and GRPO runs."""
+
+    #: ``parallel`` changes the wall-clock seconds of training (recorded per arm), not the models: each arm's trainer
+    #: is deterministic.
+    RUN_ONLY_SETTINGS: ClassVar[tuple[str, ...]] = (*RunConfig.RUN_ONLY_SETTINGS, "parallel", "env_port")
+    POSITIVE_SETTINGS: ClassVar[tuple[str, ...]] = (
+        *RunConfig.POSITIVE_SETTINGS, "steps", "samples", "per_batch", "save_steps", "parallel", "agent_sft_steps",
+        "grpo_generations", "grpo_completion_length", "grpo_tasks_per_step", "agent_sft_checkpoints",
+        "calibration_every")
+
     data_dir: str = option("", "folder with wm_train.jsonl and wm_test.jsonl (default: the env's demo "
                                "dataset)")
-    smoke: bool = option(False, "tiny models, the env's smallest demo data (CPU, CI)")
-    families: tuple[str, ...] = option(FAMILIES, "world-model families compared")
     regimes: tuple[str, ...] = option(RANDOM_INIT_REGIMES, "scratch, convert (SDAR/WeDLM from an AR head "
                                                            "start), or pretrained (with --init)")
     init: str = option("", "the pretrained regime's start: a pretrained start's name (textwm models "
@@ -47,23 +89,12 @@ class ComparisonConfig:
                                                               "each temperature")
     bootstrap: int = option(1000, "bootstrap resamples of the held-out rows for the 95% intervals on the "
                                   "scores (0: none)")
-    # Defaults sized for one H200 (scripts/results/README.md): with --parallel 3, the scratch regime's three arms
-    # trained at once in 484 s and decoded in 533 s, ~18 min of GPU time; the convert regime is a part of its own.
-    size: str = option("qwen3-0.6b", "world-model size (scratch and convert regimes)")
-    vocab_size: int = option(4096, "the tokenizer trained on the rows (scratch and convert regimes)")
     steps: int = option(1000, "training steps of each arm")
     head_start: float = option(0.5, "convert regime: the AR head start's share of the steps")
-    batch_size: int = option(8, "training batch")
-    learning_rate: float = option(3e-4, "training learning rate")
-    cutoff_len: int = option(1024, "longest training row in tokens (longer ones dropped, counted)")
     save_steps: int = option(250, "checkpoint every N steps")
-    eval_rows: int = option(300, "held-out transitions decoded and scored")
-    gen_length: int = option(96, "tokens per decoded answer at most")
     samples: int = option(4, "sampled decodings per prompt (diversity)")
     temperature: float = option(1.0, "sampling temperature of those decodings")
-    denoising_steps: int = option(1, "SDAR's denoising steps per block")
     per_batch: int = option(32, "prompts decoded together")
-    seed: int = option(0, "seed of training and decoding")
     #: Arms trained at once, each in its own process on the same device. Small models at these batch sizes
     #: leave a GPU idle between kernel launches, so two or three trainings share it at little cost each.
     #: Decoding stays one arm at a time: its tokens/s is a reported figure.
@@ -76,19 +107,9 @@ class ComparisonConfig:
     #: of GRPO in the real env, on a machine or in a lease of its own.
     stage1: bool = option(True, "the world models (--no-stage1: Stage 2 alone, with --stage2 "
                                 "--grpo-families real)")
-    #: Task types of Stage 2's agent (its demos, GRPO tasks and real-env rows); empty: every type of the data. A
-    #: small agent succeeds on few types (scripts/results/README.md), and a before/after of zeros says nothing:
-    #: ``create`` takes the env builder's ``small_agent_tasks`` (ScienceWorld: the lifespan pair).
-    agent_tasks: tuple[str, ...] = option((), "Stage 2's task types (demos, GRPO tasks, real-env rows); "
-                                              "none: every type (default: the env's small-agent types)")
-    #: Stage 2's agent start (a pretrained start's name or an AR checkpoint); empty: a tiny random agent of
-    #: ``agent_size``. With ``init`` it defaults to the same start (the paper's setting: a pretrained agent).
-    agent_init: str = option("", "Stage 2's agent start: a pretrained start's name or an AR checkpoint "
-                                 "(default with --init: the same start; else a tiny random agent)")
     agent_size: str = option("tiny", "the tiny random agent's size")
     agent_vocab_size: int = option(1024, "the tiny random agent's tokenizer")
     agent_cutoff_len: int = option(3072, "the agent's longest SFT row in tokens")
-    agent_sft_steps: int = option(300, "the agent's SFT steps on the gold demos")
     #: > 1: the SFT agent is kept at this many evenly spaced steps and Stage 2 starts from the earliest whose
     #: success on the calibration rows reaches ``agent_target_success`` (an agent that leaves room to improve;
     #: the most successful one when none does). Needs ``calibration_episodes``.
@@ -97,11 +118,8 @@ class ComparisonConfig:
                                            "the calibration rows")
     agent_target_success: float = option(0.2, "the calibration success an SFT agent must reach (with "
                                               "--agent-sft-checkpoints > 1)")
-    agent_learning_rate: float = option(3e-3, "the agent SFT's learning rate")
     grpo_families: tuple[str, ...] = option(("ar", "sdar"), "Stage 2's world models, and real: GRPO in the "
                                                             "real env, the upper reference")
-    grpo_steps: int = option(20, "GRPO steps")
-    grpo_turns: int = option(8, "agent turns per GRPO rollout")
     #: The H100 run's setting (scripts/results/README.md): the tiny agent's SFT runs at 3e-3, 300x large models'
     #: GRPO rate of 1e-5.
     grpo_learning_rate: float = option(1e-4, "GRPO learning rate")
@@ -121,17 +139,11 @@ class ComparisonConfig:
     calibration_episodes: int = option(0, "held-out task rows kept out of the final real-env runs for the "
                                           "SFT stop and GRPO's success curve (0: none)")
     calibration_every: int = option(25, "GRPO steps between runs on the calibration rows")
-    #: Real-env episodes per agent: the first N held-out task rows (all of them when there are fewer).
-    agent_episodes: int = option(30, "real-env episodes per agent (the first N held-out task rows)")
-    #: Turns per real-env episode: the default agent tasks' gold runs take 1-7 actions.
-    agent_turns: int = option(10, "turns per real-env episode")
-    workers: int = option(4, "real env processes at once")
-    wm_port: int = option(30201, "the world-model server's port in Stage 2")
-    proxy_port: int = option(30200, "the world-model proxy's port in Stage 2")
     #: The real env server of Stage 2's ``real`` arm (GRPO with every rollout in the real env).
     env_port: int = option(30210, "the real env server's port (Stage 2's real arm)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         bad = [f for f in self.families if f not in FAMILIES] + [r for r in self.regimes if r not in REGIMES]
         if bad or not self.families or not self.regimes:
             raise ValueError(f"families come from {', '.join(FAMILIES)} and regimes from {', '.join(REGIMES)}; "
@@ -162,12 +174,6 @@ class ComparisonConfig:
         if "convert" in self.regimes and not 0 < self.head_start < 1:
             raise ValueError(f"head_start must be in (0, 1) (the AR head start's share of the steps), "
                              f"got {self.head_start}")
-        for name in ("steps", "batch_size", "eval_rows", "gen_length", "samples", "per_batch", "save_steps",
-                     "parallel", "agent_sft_steps", "grpo_steps", "grpo_turns", "agent_episodes", "agent_turns",
-                     "grpo_generations", "grpo_completion_length", "grpo_tasks_per_step", "agent_sft_checkpoints",
-                     "calibration_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 (the sampled decodings measure diversity), got {self.temperature}")
 

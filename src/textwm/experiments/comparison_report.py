@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textwm.data.jsonl import atomic_write
 from textwm.eval.episodes import fmt_ci
+from textwm.experiments import pretrained_report
 from textwm.experiments.comparison_agents import grpo_agents, stage2_plan, wm_arms
+from textwm.experiments.comparison_config import SAME_DATA
+from textwm.experiments.report_writer import fmt, image, pyplot, stage_times, table, write_markdown
 from textwm.metrics import report
 from textwm.rl.step_chart import GRPOCurves, steps_chart
 
@@ -40,21 +42,18 @@ def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.4f}" if isinstance(value, float) and abs(value) < 10 else f"{value:,.0f}" if isinstance(
-        value, (int, float)) else str(value)
+    return fmt(value, whole_from=10)
 
 
 def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
     """The markdown table of one regime's scored arms and a 'who leads' line per metric."""
-    done = comparison.state["done"]
+    done = comparison.done
     arms = [a for a in comparison.arms if a.regime == regime and a.scored]
     head = [a for a in comparison.arms if a.regime == regime and not a.scored]
     # Rows the scores leave out are counted, not hidden: ERROR / overlong greedy rows, failed sampled decodings.
     columns = (["arm", "steps", "answer tokens", "train loss (mean of logged)", "train s", "rows scored", "greedy rows dropped",
                 "sampled rows dropped"] + [m[0] for m in METRICS])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    rows = []
     for arm in arms:
         train, ev = done[f"train/{arm.name}"], done[f"eval/{arm.name}"]
         extra = sum(done[f"train/{h.name}"]["steps"] for h in head)
@@ -63,8 +62,7 @@ def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
         dropped = sum(ev["scores"].get(k) or 0 for k in ("num_dropped_errors", "num_skipped_overlong"))
         row = [arm.name, f"{train['steps'] + extra}", f"{tokens:,}", _fmt(train["train_loss"]), f"{seconds:.0f}",
                f"{ev['scores'].get('num_samples')}", f"{dropped}", f"{ev['diversity']['dropped_samples']}"]
-        row += [_fmt(_get(ev, path)) for _, path, _ in METRICS]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row + [_fmt(_get(ev, path)) for _, path, _ in METRICS])
     leads = []
     mostly_empty = {a.name for a in arms if (_get(done[f"eval/{a.name}"], ("empty_share",)) or 0) > EMPTY_LIMIT}
     for label, path, higher in METRICS:
@@ -78,19 +76,15 @@ def regime_table(comparison: Any, regime: str) -> tuple[str, list[str]]:
             best = (max if higher else min)(values, key=values.get)
             leads.append(f"- {label}: **{best}** ({_fmt(values[best])}; "
                          + ", ".join(f"{k} {_fmt(v)}" for k, v in values.items() if k != best) + f"){note}")
-    return "\n".join(lines), leads
+    return "\n".join(table(columns, rows)), leads
 
 
 def learning_curves(comparison: Any, path: Path) -> Path | None:
     """Training loss against step for every arm (a convert arm drawn after its head start)."""
-    try:
-        import matplotlib
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = comparison.state["done"]
+    done = comparison.done
     regimes = sorted({a.regime for a in comparison.arms}, key=["scratch", "convert"].index)
     fig, axes = plt.subplots(1, len(regimes), figsize=(6 * len(regimes), 4), squeeze=False)
     for ax, regime in zip(axes[0], regimes):
@@ -113,7 +107,7 @@ def learning_curves(comparison: Any, path: Path) -> Path | None:
 
 def shared_device_note(comparison: Any, regime: str) -> list[str]:
     """Say so when arms trained at once (``parallel``): their train seconds are then not solo figures."""
-    done = comparison.state["done"]
+    done = comparison.done
     shared = {a.name: done[f"train/{a.name}"].get("concurrent_arms", 1) for a in comparison.arms
               if a.regime == regime}
     if max(shared.values()) == 1:
@@ -127,12 +121,10 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     """Stage 2 as bars with their 95% Wilson intervals: each agent's real-env success (before GRPO and after GRPO
     inside each world model), and the SFT agent's Real / WM / W2R success with each world model. None when
     matplotlib is missing or no real-env run is done."""
-    try:
-        import matplotlib
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
-
-    done = comparison.state["done"]
+    done = comparison.done
     agents = [("before GRPO", done.get("agent/eval/sft"))]
     agents += [(f"GRPO in {a.label}" + (f", seed {a.seed}" if len(comparison.config.grpo_seeds) > 1 else ""),
                 done.get(f"agent/eval/{a.name}")) for a in grpo_agents(comparison)]
@@ -140,8 +132,6 @@ def stage2_chart(comparison: Any, path: Path) -> Path | None:
     fidelity = [(a.name, done[f"fidelity/{a.name}"]) for a in wm_arms(comparison) if f"fidelity/{a.name}" in done]
     if not agents:
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     def bar(ax: Any, x: float, record: dict[str, Any], width: float, color: str, label: str | None = None) -> None:
         rate, (low, high) = record["success_rate"], record.get("success_ci95") or (record["success_rate"],) * 2
@@ -173,7 +163,7 @@ def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
     """Each GRPO run's curves per optimizer step and its agents' real success on the calibration rows
     (:func:`textwm.rl.step_chart.steps_chart`)."""
 
-    done = comparison.state["done"]
+    done = comparison.done
     return steps_chart([GRPOCurves(a.name, done.get(a.grpo_key, {}).get("steps") or [],
                                    (done.get(f"calibration/{a.name}") or {}).get("points") or [])
                         for a in grpo_agents(comparison)], path)
@@ -182,7 +172,7 @@ def grpo_steps_chart(comparison: Any, path: Path) -> Path | None:
 def _calibration_lines(comparison: Any) -> list[str]:
     """The SFT stop chosen on the calibration rows, and each GRPO run's calibration curve, as text."""
 
-    c, done = comparison.config, comparison.state["done"]
+    c, done = comparison.config, comparison.done
     lines = []
     stop = done.get("agent/sft_stop")
     if stop:
@@ -201,12 +191,12 @@ def _calibration_lines(comparison: Any) -> list[str]:
 def stage2_section(comparison: Any) -> list[str]:
     """Stage 2: the SFT agent and each GRPO-in-WM agent in the real env, with 95% Wilson intervals."""
 
-    c, done = comparison.config, comparison.state["done"]
+    c, done = comparison.config, comparison.done
     if not c.stage2:
         return []
     title = ("## Stage 2: GRPO inside each world model, success in the real env\n" if wm_arms(comparison) else
              "## Stage 2: GRPO in the real env, success in the real env\n")
-    missing = [key for key, _ in stage2_plan(comparison) if key not in done]
+    missing = [stage.name for stage in stage2_plan(comparison) if stage.name not in done]
     not_run = [f"Not run yet: {', '.join(f'`{key}`' for key in missing)}.\n"] if missing else []
     if "agent/sft" not in done:
         return [title, *not_run]
@@ -236,12 +226,13 @@ def stage2_section(comparison: Any) -> list[str]:
         if key not in done:
             continue
         r, g = done[key], done.get(grpo_key, {}) if grpo_key else {}
+        seconds = comparison.runner.records[grpo_key].seconds if g else ""
         steps = (f"{g.get('real_answered_steps', 0)} real" if g.get("rollout_env") == "real" else
                  f"{g['wm_answered_steps']} / {g['local_answered_steps']}, {g['wm_errors']}") if g else ""
         lines.append(f"| {name} | {inside} | {r['episodes']} | {r['successes']} | {_fmt(r['success_rate'])} | "
                      f"{fmt_ci(r.get('success_ci95'))} | {_fmt(r['mean_score'])} | "
                      f"{r.get('agent_errors')} / {r.get('env_errors')}, {r.get('unparseable_replies')} | "
-                     f"{_reward_trend(g.get('reward_per_step') or [])} | {steps} | {g.get('seconds', '')} |")
+                     f"{_reward_trend(g.get('reward_per_step') or [])} | {steps} | {seconds} |")
     if wm_arms(comparison):
         lines += ["", "The SFT agent as the fixed agent, with each world model (Word2World fidelity: WM = success "
                   "inside the world model, W2R = the WM episodes' actions replayed in the real env, CR = W2R / "
@@ -287,8 +278,7 @@ def stage2_section(comparison: Any) -> list[str]:
                              f"| {arm['p_value']:.3g} |")
     chart = stage2_chart(comparison, comparison.path("stage2.png"))
     steps_chart = grpo_steps_chart(comparison, comparison.path("stage2_steps.png"))
-    return [*lines, "", *_calibration_lines(comparison), *([f"![Stage 2]({chart.name})\n"] if chart else []),
-            *([f"![GRPO per step]({steps_chart.name})\n"] if steps_chart else [])]
+    return [*lines, "", *_calibration_lines(comparison), *image("Stage 2", chart), *image("GRPO per step", steps_chart)]
 
 
 def _reward_trend(rewards: list[float], window: int = 10) -> str:
@@ -304,19 +294,22 @@ def _real_episodes(done: dict[str, Any]) -> Any:
     return done["agent/eval/sft"]["episodes"] if "agent/eval/sft" in done else "(not run yet)"
 
 
+def run_section(comparison: Any) -> list[str]:
+    """The run's stages from its ``state.json`` with their wall time (and any that failed)."""
+    return ["## Stages and wall time\n", "Every stage of the run recorded in `state.json`:\n",
+            *stage_times(comparison.runner.records)]
+
+
 def write_report(comparison: Any) -> Path:
-    c, done = comparison.config, comparison.state["done"]
+    """``report.md`` of the comparison's regimes (or of Stage 2 alone), from the run's ``state.json``."""
+    c, done = comparison.config, comparison.done
     out = comparison.path("report.md")
     if not c.stage1:
-        with atomic_write(out) as f:
-            f.write("\n".join([f"# Stage 2 alone: GRPO in the real env ({c.env})\n", *stage2_section(comparison)]))
-        return out
+        return write_markdown(out, [f"# Stage 2 alone: GRPO in the real env ({c.env})\n", *stage2_section(comparison),
+                                    *run_section(comparison)])
     if c.init:
-        from textwm.experiments.pretrained_report import section
-
-        with atomic_write(out) as f:
-            f.write("\n".join([*section(comparison), "", *stage2_section(comparison)]))
-        return out
+        return write_markdown(out, [*pretrained_report.section(comparison), "", *stage2_section(comparison),
+                                    *run_section(comparison)])
     init = done["init"]
     parts = [
         "# AR vs SDAR vs WeDLM world models at equal size, rows and steps\n",
@@ -328,24 +321,21 @@ def write_report(comparison: Any) -> Path:
         f"{c.temperature:g} for the within-prompt diversity; at most {c.gen_length} new tokens, SDAR blocks of 4 "
         f"at {c.denoising_steps} denoising step(s) per block.\n",
         "Same data, checked (the trainer's digest of the answer tokens in training order):\n",
-        *[f"- {line}" for line in comparison.state.get("data_checks", [])], "",
+        *[f"- {line}" for line in comparison.done.get(SAME_DATA, {}).get("lines", [])], "",
     ]
     summaries = {}
     for regime in (r for r in ("scratch", "convert") if r in c.regimes):
-        table, leads = regime_table(comparison, regime)
+        metrics_table, leads = regime_table(comparison, regime)
         title = ("from scratch (same random init shape)" if regime == "scratch" else
                  f"the SDAR / WeDLM recipe: AR for {c.head_steps} steps, then each family for the rest")
-        parts += [f"## {regime}: {title}\n", table, "", *shared_device_note(comparison, regime),
+        parts += [f"## {regime}: {title}\n", metrics_table, "", *shared_device_note(comparison, regime),
                   "Leads at this budget:\n", *leads, ""]
         summaries.update({a.name: done[f"eval/{a.name}"]["scores"] for a in comparison.arms
                           if a.regime == regime and a.scored})
     curves = learning_curves(comparison, comparison.path("learning_curves.png"))
     charts = report.write_report({k: v for k, v in summaries.items()}, comparison.out, stem="metrics",
                                  title="Held-out transitions, greedy", first_column="arm")
-    if curves:
-        parts.append("![learning curves](learning_curves.png)\n")
-    if "chart" in charts:
-        parts.append(f"![metrics]({charts['chart'].name})\n")
+    parts += [*image("learning curves", curves), *image("metrics", charts.get("chart"))]
     parts += stage2_section(comparison)
     parts += [
         "## What this says and what would change it\n",
@@ -355,7 +345,6 @@ def write_report(comparison: Any) -> Path:
         "these rows faster at this size and budget; it does not confirm or refute the paper. More steps, the "
         "full datasets, larger shapes and pretrained starts are what would change it.\n",
         "Not in this report yet: GRPO in the real env as the upper reference of Stage 2.\n",
+        *run_section(comparison),
     ]
-    with atomic_write(out) as f:
-        f.write("\n".join(parts))
-    return out
+    return write_markdown(out, parts)

@@ -13,7 +13,7 @@ held-out rows (SDAR at each of ``sdar_denoising_steps`` steps per block), so the
 of every epoch, the best (lowest held-out loss) and the last. The best epoch's model is also sampled at each of
 ``temperatures`` for diversity against fidelity (Self-BLEU and Distinct-n against ROUGE-L).
 
-Every step is recorded in the run's ``state.json`` and resumes: an arm's epochs are recorded in
+Every stage is recorded in the run's ``state.json`` and resumes: an arm's epochs are recorded in
 ``arms/<arm>/epochs.json`` as they finish, so a run cut short (a GPU lease's limit) continues at the next epoch.
 """
 
@@ -29,6 +29,7 @@ from typing import Any
 from textwm.data.jsonl import write_json
 from textwm.experiments.common import BLOCKS, ComparisonError
 from textwm.experiments.decodings import empty_share, sampled_diversity
+from textwm.experiments.stages import Stage
 from textwm.generation.runner import EvalGenerateConfig, run_passes
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics.scorer import ScoreOptions, score_file
@@ -69,12 +70,12 @@ def _vocabulary(path: Path) -> int:
 
 
 def start_path(comparison: Any) -> Path:
-    return Path(comparison.state["done"]["init"]["path"])
+    return Path(comparison.done["init"]["path"])
 
 
 def steps_per_epoch(comparison: Any) -> int:
     """Optimizer steps of one pass over the training rows (one row a sample, no packing, one process)."""
-    return math.ceil(comparison.state["done"]["data"]["train_rows"] / comparison.config.batch_size)
+    return math.ceil(comparison.done["data"]["train_rows"] / comparison.config.batch_size)
 
 
 def _epochs(folder: Path) -> list[dict[str, Any]]:
@@ -196,7 +197,7 @@ def sample_names(comparison: Any) -> list[tuple[str, float, int]]:
 def generate_samples(comparison: Any, arm: Any) -> dict[str, Any]:
     """``samples`` decodings per prompt at each temperature by the best epoch's model (SDAR at the first of
     ``sdar_denoising_steps``)."""
-    best = comparison.state["done"][f"train/{arm.name}"]["best_epoch"]
+    best = comparison.done[f"train/{arm.name}"]["best_epoch"]
     folder = comparison.path("eval", arm.folder, "sampled")
     steps = comparison.config.sdar_denoising_steps[0]
     names = sample_names(comparison)
@@ -205,11 +206,12 @@ def generate_samples(comparison: Any, arm: Any) -> dict[str, Any]:
     return {"epoch": best, "passes": _rates(folder, [name for name, _, _ in names])}
 
 
-def generate_arm(comparison: Any, arm: Any) -> None:
-    """Every trained epoch's greedy decodings, then the best epoch's samples (each a recorded step)."""
-    for epoch in range(1, comparison.state["done"][f"train/{arm.name}"]["epochs_trained"] + 1):
-        comparison._step(f"generate/{arm.name}/epoch{epoch}", lambda e=epoch: generate_epoch(comparison, arm, e))
-    comparison._step(f"generate/{arm.name}/sampled", lambda: generate_samples(comparison, arm))
+def generate_stages(comparison: Any, arm: Any) -> list[Stage]:
+    """Every trained epoch's greedy decodings, then the best epoch's samples (a stage each)."""
+    train = f"train/{arm.name}"
+    epochs = [Stage(f"generate/{arm.name}/epoch{epoch}", lambda e=epoch: generate_epoch(comparison, arm, e), after=(train,))
+              for epoch in range(1, comparison.done[train]["epochs_trained"] + 1)]
+    return [*epochs, Stage(f"generate/{arm.name}/sampled", lambda: generate_samples(comparison, arm), after=(train,))]
 
 
 # --- scoring ------------------------------------------------------------------------------------------------------
@@ -223,7 +225,7 @@ def score_arm(comparison: Any, arm: Any) -> dict[str, Any]:
     # width, which the summary reports beside the resample count.
     options = ScoreOptions(mauve_max_samples=c.eval_rows, bootstrap=c.bootstrap, mauve_resamples=MAUVE_RESAMPLES,
                            bootstrap_seed=c.seed)
-    train = comparison.state["done"][f"train/{arm.name}"]
+    train = comparison.done[f"train/{arm.name}"]
     epochs = []
     for epoch in range(1, train["epochs_trained"] + 1):
         folder = comparison.path("eval", arm.folder, f"epoch{epoch}")

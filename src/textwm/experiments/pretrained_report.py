@@ -4,10 +4,11 @@ number of denoising steps, diversity against fidelity over temperatures, and two
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from textwm.experiments.common import BLOCKS
+from textwm.experiments.comparison_config import SAME_DATA
+from textwm.experiments.report_writer import fmt, image, pyplot, table
 
 #: (label, scorer summary key)
 SCORES = (("exact match", "exact_match"), ("ROUGE-L", "rouge_l_f1"), ("BLEU-1", "bleu_1"), ("MAUVE", "mauve"),
@@ -15,7 +16,7 @@ SCORES = (("exact match", "exact_match"), ("ROUGE-L", "rouge_l_f1"), ("BLEU-1", 
 
 
 def _fmt(value: Any) -> str:
-    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+    return fmt(value, digits=3)
 
 
 def _with_interval(scores: dict[str, Any], key: str) -> str:
@@ -25,15 +26,15 @@ def _with_interval(scores: dict[str, Any], key: str) -> str:
 
 
 def _arms(comparison: Any) -> list[Any]:
-    return [a for a in comparison.arms if a.regime == "pretrained" and f"eval/{a.name}" in comparison.state["done"]]
+    return [a for a in comparison.arms if a.regime == "pretrained" and f"eval/{a.name}" in comparison.done]
 
 
 def epoch_table(comparison: Any) -> list[str]:
     """One row per arm, epoch and greedy pass: held-out loss and the scores with their 95% intervals."""
-    done = comparison.state["done"]
+    done = comparison.done
     columns = ["arm", "epoch", "pass", "held-out loss", "rows", "empty", *[label for label, _ in SCORES],
                "decode tok/s"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    rows = []
     for arm in _arms(comparison):
         ev, train = done[f"eval/{arm.name}"], done[f"train/{arm.name}"]
         for epoch in ev["epochs"]:
@@ -43,29 +44,27 @@ def epoch_table(comparison: Any) -> list[str]:
             rates = done[f"generate/{arm.name}/epoch{k}"]["passes"]
             for name, scored in epoch["passes"].items():
                 s = scored["scores"]
-                lines.append("| " + " | ".join([arm.name, f"{k}{mark}", name, f"{epoch['eval_loss']:.4f}",
-                                                 str(s.get("num_samples")), _fmt(scored["empty_share"]),
-                                                 *[_with_interval(s, key) for _, key in SCORES],
-                                                 f"{rates[name]['decode_tokens_per_second']:,.0f}"]) + " |")
-    return lines
+                rows.append([arm.name, f"{k}{mark}", name, f"{epoch['eval_loss']:.4f}", s.get("num_samples"),
+                             _fmt(scored["empty_share"]), *[_with_interval(s, key) for _, key in SCORES],
+                             f"{rates[name]['decode_tokens_per_second']:,.0f}"])
+    return table(columns, rows)
 
 
 def temperature_table(comparison: Any) -> list[str]:
-    done = comparison.state["done"]
-    lines = ["| arm (best epoch) | temperature | ROUGE-L (mean of samples) | Self-BLEU within prompt | Distinct-1 | "
-             "Distinct-2 | dropped samples |", "|---|---|---|---|---|---|---|"]
+    done = comparison.done
+    rows = []
     for arm in _arms(comparison):
         ev = done[f"eval/{arm.name}"]
-        for row in ev["temperature_sweep"]:
-            lines.append(f"| {arm.name} (epoch {ev['best_epoch']}) | {row['temperature']:g} | {_fmt(row['rouge_l_f1'])} "
-                         f"| {_fmt(row['self_bleu_within_prompt'])} | {_fmt(row['distinct_1_samples'])} | "
-                         f"{_fmt(row['distinct_2_samples'])} | {row['dropped_samples']} |")
-    return lines
+        rows += [[f"{arm.name} (epoch {ev['best_epoch']})", f"{row['temperature']:g}", _fmt(row["rouge_l_f1"]),
+                  _fmt(row["self_bleu_within_prompt"]), _fmt(row["distinct_1_samples"]),
+                  _fmt(row["distinct_2_samples"]), row["dropped_samples"]] for row in ev["temperature_sweep"]]
+    return table(["arm (best epoch)", "temperature", "ROUGE-L (mean of samples)", "Self-BLEU within prompt",
+                  "Distinct-1", "Distinct-2", "dropped samples"], rows)
 
 
 def best_greedy(comparison: Any, arm: Any) -> dict[str, Any]:
     """The best epoch's scores of the arm's first greedy pass (SDAR: its first denoising-steps setting)."""
-    ev = comparison.state["done"][f"eval/{arm.name}"]
+    ev = comparison.done[f"eval/{arm.name}"]
     epoch = ev["epochs"][ev["best_epoch"] - 1]
     return next(iter(epoch["passes"].values()))["scores"]
 
@@ -89,15 +88,12 @@ def leads(comparison: Any) -> list[str]:
 
 
 def charts(comparison: Any) -> list[str]:
-    """Held-out loss per epoch, and ROUGE-L against within-prompt Self-BLEU over temperatures."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = comparison.state["done"]
+    """Held-out loss per epoch, and ROUGE-L against within-prompt Self-BLEU over temperatures (none without
+    matplotlib)."""
+    done = comparison.done
     arms = _arms(comparison)
-    if not arms:
+    plt = pyplot()
+    if not arms or plt is None:
         return []
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for arm in arms:
@@ -118,11 +114,11 @@ def charts(comparison: Any) -> list[str]:
     path = comparison.path("pretrained.png")
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return [f"![held-out loss and fidelity against diversity]({Path(path).name})\n"]
+    return image("held-out loss and fidelity against diversity", path)
 
 
 def section(comparison: Any) -> list[str]:
-    c, done = comparison.config, comparison.state["done"]
+    c, done = comparison.config, comparison.done
     init = done["init"]
     arms = _arms(comparison)
     summary = []
@@ -148,7 +144,7 @@ def section(comparison: Any) -> list[str]:
         f"step(s) per block); the best epoch sampled {c.samples} times per prompt at temperatures "
         f"{', '.join(f'{t:g}' for t in c.temperatures)}. {boot_note}\n",
         "Same data, checked (the trainer's digest of the answer tokens in training order):\n",
-        *[f"- {line}" for line in comparison.state.get("data_checks", [])], "",
+        *[f"- {line}" for line in comparison.done.get(SAME_DATA, {}).get("lines", [])], "",
         "Training:\n", *summary, "",
         "## Every epoch, greedy\n", *epoch_table(comparison), "",
         "Each objective's held-out loss is its own (AR: next-token cross-entropy; SDAR and WeDLM: their masked "

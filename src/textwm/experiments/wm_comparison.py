@@ -24,15 +24,17 @@ Distinct-1/2 over all samples); decode tokens/s. The data each arm trained on is
 the trainer's digest of the answer tokens in training order (``TrainResult.data_digest``) must be equal
 within a regime, or the run stops naming the arms.
 
-Every stage is resumable: finished arms are recorded in ``<out>/state.json``, an arm cut short resumes
-from its last checkpoint, and a changed setting is refused (``--fresh`` starts over). With ``parallel`` > 1,
-arms whose start is trained train at once, one process each. Stage 2 (an SFT agent, GRPO inside each
+Every stage (``data``, ``init``, ``train/<arm>``, ``checks/same_data``, ``generate/<arm>``, ``eval/<arm>``, then
+Stage 2's) runs through :class:`~textwm.experiments.stages.StageRunner`, recorded in ``<out>/state.json``; an arm cut
+short resumes from its last checkpoint, and a changed setting is refused (``--fresh`` starts over) but for Stage 2's
+and the pretrained regime's stopping ones, which run again only what they change
+(:data:`~textwm.experiments.comparison_config.RESUME_REDO`). With ``parallel`` > 1, arms whose start is trained
+train at once, one process each. Stage 2 (an SFT agent, GRPO inside each
 family's world model, real-env success before and after) is :mod:`textwm.experiments.comparison_agents`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import random
@@ -44,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textwm.config import config_dict
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.experiments import pretrained_regime
 from textwm.experiments.common import (
     AGENT_FILES,
     BLOCKS,
@@ -54,22 +58,23 @@ from textwm.experiments.common import (
 )
 from textwm.experiments.comparison_agents import run_stage2
 from textwm.experiments.comparison_config import (
-    EPOCH_SETTINGS,
-    NON_RESULT_SETTINGS,
+    RESUME_REDO,
+    SAME_DATA,
     STAGE2_SETTINGS,
-    STAGE2_STEPS,
     ComparisonConfig,
+    from_old_state,
 )
 from textwm.experiments.comparison_report import write_report
 from textwm.experiments.decodings import empty_share, sampled_decode_rate, sampled_diversity
 from textwm.experiments.same_data import check_same_data, check_same_epochs
+from textwm.experiments.stages import STATE_FILE, Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig, run_passes
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics.scorer import ScoreOptions, score_file
 from textwm.training.config import SFTConfig
 
-__all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "Arm", "Comparison", "ComparisonConfig",
-           "ComparisonError", "plan_arms"]
+__all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "STAGE2_SETTINGS", "Arm", "Comparison",
+           "ComparisonConfig", "ComparisonError", "plan_arms"]
 
 log = logging.getLogger(__name__)
 
@@ -115,115 +120,65 @@ def plan_arms(config: ComparisonConfig) -> list[Arm]:
 
 
 class Comparison:
-    """Runs the stages of :class:`ComparisonConfig` under ``config.out``; each finished step is recorded."""
+    """Runs the stages of :class:`ComparisonConfig` under ``config.out``; each finished stage is recorded in its
+    ``state.json`` (:class:`~textwm.experiments.stages.StageRunner`)."""
 
     def __init__(self, config: ComparisonConfig, *, fresh: bool = False, echo: Callable[[str], None] = print):
         self.config, self.echo = config, echo
         self.out = Path(config.out)
-        if fresh and self.out.exists():
-            # Only a folder this module made (or an empty one): --fresh --out . must not delete a checkout.
-            if not (self.out / "state.json").is_file() and any(self.out.iterdir()):
-                raise ComparisonError(f"--fresh: {self.out} is not a comparison run folder (no state.json) and not "
-                                      "empty; not deleting it")
-            shutil.rmtree(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.state_file = self.out / "state.json"
-        self.settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
-                                               if k not in NON_RESULT_SETTINGS}))
-        self.state: dict[str, Any] = {"config": self.settings, "done": {}}
-        if self.state_file.exists():
-            saved = json.loads(self.state_file.read_text())
-            changed = {k: f"{k}: {saved['config'].get(k)!r} -> {v!r}" for k, v in self.settings.items()
-                       if saved["config"].get(k) != v}
-            if set(changed) - set(STAGE2_SETTINGS) - set(EPOCH_SETTINGS):
-                raise ValueError(f"{self.out} holds a comparison with other settings ({', '.join(changed.values())}); "
-                                 "use --fresh or another --out")
-            epochs_changed = [changed[k] for k in EPOCH_SETTINGS if k in changed]
-            if epochs_changed:
-                # Each arm's epochs stay (arms/<arm>/epochs.json, every epoch's model and decoding); where it stops,
-                # its best epoch's samples and its scores are decided anew.
-                redone = [k for k in saved["done"] if k.startswith(("train/pretrained/", "eval/pretrained/"))
-                          or (k.startswith("generate/pretrained/") and k.endswith("/sampled"))]
-                echo(f"{', '.join(epochs_changed)}: the epochs trained are kept; {', '.join(redone) or 'nothing'} "
-                     "decided anew")
-                saved["done"] = {k: v for k, v in saved["done"].items() if k not in redone}
-                saved["config"] = {**saved["config"], **{k: self.settings[k] for k in EPOCH_SETTINGS}}
-                changed = {k: v for k, v in changed.items() if k not in EPOCH_SETTINGS}
-            if changed:
-                redone = [k for k in saved["done"] if k.startswith(STAGE2_STEPS)]
-                echo(f"Stage 2 settings changed ({', '.join(changed.values())}): the world models are kept, "
-                     f"Stage 2 is redone{' (' + ', '.join(redone) + ')' if redone else ''}")
-                saved["done"] = {k: v for k, v in saved["done"].items() if k not in redone}
-                saved["config"] = self.settings
-            self.state = saved
+        self.runner = StageRunner(self.out, pipeline="comparison", config=config_dict(config),
+                                  ignore=config.RUN_ONLY_SETTINGS, redo=RESUME_REDO,
+                                  legacy=Legacy(STATE_FILE, from_old_state), fresh=fresh, echo=echo)
+        self.state_file = self.runner.state_file
         self.arms = plan_arms(config)
+
+    @property
+    def done(self) -> dict[str, dict[str, Any]]:
+        """The result of every stage done, by stage name (``train/scratch/ar``, ``agent/eval/sft``, ...)."""
+        return self.runner.results
 
     def path(self, *parts: str) -> Path:
         return self.out.joinpath(*parts)
 
-    def _step(self, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        if key in self.state["done"]:
-            self.echo(f"{key}: done earlier, skipped")
-            return self.state["done"][key]
-        self.echo(f"{key} ...")
-        started = time.perf_counter()
-        record = work()
-        record["seconds"] = round(time.perf_counter() - started, 1)
-        self.state["done"][key] = record
-        write_json(self.state_file, self.state)
-        self.echo(f"{key}: {record['seconds']:.0f} s")
-        return record
-
     def run(self, *, until: str = "report") -> Path | None:
-        """Every step up to ``until``: ``train`` stops once every arm is trained; ``generate`` once every arm
-        has decoded the held-out rows; ``agents`` once Stage 2 is done too, before any scoring (every step
+        """Every stage up to ``until``: ``train`` stops once every arm is trained; ``generate`` once every arm
+        has decoded the held-out rows; ``agents`` once Stage 2 is done too, before any scoring (every stage
         that needs the world models, so all of a GPU machine's work); ``report`` goes to the end. After
         ``generate`` or ``agents`` the scoring and report run anywhere the run folder's ``state.json``, ``data/``
         and ``eval/`` are (a CPU machine with the metrics extras, say), with the same command without ``until``;
-        ``scores`` scores and reports without doing any Stage-2 step (the report shows those done and names the
+        ``scores`` scores and reports without doing any Stage-2 stage (the report shows those done and names the
         rest), for a machine that does not hold the world models."""
         if until not in UNTIL:
             raise ValueError(f"until must be one of {', '.join(UNTIL)}, got {until!r}")
-        self._step("data", self.stage_data)
+        self.runner.run_stage(Stage("data", self.stage_data))
         if not self.config.stage1:
             return self._stage2_alone(until)
-        self._step("init", self.stage_init)
+        self.runner.run_stage(Stage("init", self.stage_init, after=("data",)))
         self.train_all()
-        trained = {a.name: self.state["done"][f"train/{a.name}"] for a in self.arms}
-        self.state["data_checks"] = check_same_data(trained, self.arms)
-        if self.config.init:
-            self.state["data_checks"] += check_same_epochs(trained)
-        write_json(self.state_file, self.state)
+        self.runner.run_stage(Stage(SAME_DATA, self.check_same_data, after=tuple(f"train/{a.name}" for a in self.arms),
+                                    always=True))
         if until == "train":
             self.echo("every arm is trained; decode, score and report with the same command without --until")
             return None
         scored = [a for a in self.arms if a.scored]
-        for arm in scored:
-            if arm.regime == "pretrained":
-                from textwm.experiments import pretrained_regime
-
-                pretrained_regime.generate_arm(self, arm)
-                continue
-            self._step(f"generate/{arm.name}", lambda arm=arm: self.generate_arm(arm))
+        self.runner.run([stage for arm in scored for stage in self.generate_stages(arm)])
         if until in ("generate", "agents"):
             if until == "agents" and self.config.stage2:
-                from textwm.experiments.comparison_agents import run_stage2
-
                 run_stage2(self)
             self.echo(f"every arm has decoded{' and Stage 2 is done' if until == 'agents' else ''}; score and "
                       f"report with the same command without --until: {self.path('eval')}, {self.path('data')} and "
                       f"{self.state_file} are all it needs")
             return None
-        for arm in scored:
-            self._step(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm))
+        self.runner.run([Stage(f"eval/{arm.name}", lambda arm=arm: self.score_arm(arm),
+                               after=(f"generate/{arm.name}" if arm.regime != "pretrained" else
+                                      f"generate/{arm.name}/sampled",)) for arm in scored])
 
         report = write_report(self)     # the world models' report first: a Stage-2 failure does not lose it
         if self.config.stage2 and until == "scores":
-            self.echo(f"scored; no Stage-2 step was run (--until scores), the report shows those done earlier: {report}")
+            self.echo(f"scored; no Stage-2 stage was run (--until scores), the report shows those done earlier: "
+                      f"{report}")
             return report
         if self.config.stage2:
-            from textwm.experiments.comparison_agents import run_stage2
-
             self.echo(f"world models' report: {report}; Stage 2 ...")
             run_stage2(self)
             report = write_report(self)
@@ -231,7 +186,7 @@ class Comparison:
         return report
 
     def _stage2_alone(self, until: str) -> Path | None:
-        """``run`` with ``stage1`` off: Stage 2's steps (``agents``, ``report``), then the report (``report``,
+        """``run`` with ``stage1`` off: Stage 2's stages (``agents``, ``report``), then the report (``report``,
         ``scores``)."""
 
         if until in ("agents", "report"):
@@ -242,6 +197,15 @@ class Comparison:
         report = write_report(self)
         self.echo(f"Stage 2 report: {report}")
         return report
+
+    def check_same_data(self) -> dict[str, Any]:
+        """The arms of a regime trained on the same answer tokens in the same order (every epoch, in the pretrained
+        regime): one line per group; :class:`ComparisonError` naming the arms that differ."""
+        trained = {a.name: self.done[f"train/{a.name}"] for a in self.arms}
+        lines = check_same_data(trained, self.arms)
+        if self.config.init:
+            lines += check_same_epochs(trained)
+        return {"lines": lines}
 
     # --- data and the shared initialisation -----------------------------------------------------------
 
@@ -294,9 +258,7 @@ class Comparison:
 
         c = self.config
         if c.init:
-            from textwm.experiments.pretrained_regime import start_record
-
-            return start_record(self)
+            return pretrained_regime.start_record(self)
         rows = read_jsonl(self.path("data", "wm_train.jsonl")).rows
         tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=True)
         params = {}
@@ -315,23 +277,29 @@ class Comparison:
             return self.path("init", arm.family)
         return self.path("arms", arm.start.replace("/", "_"), "final")
 
+    def train_stage(self, arm: Arm) -> Stage:
+        """``train/<arm>``: the arm trained alone (:meth:`train_arm`), after the stage its start comes from."""
+        return Stage(f"train/{arm.name}", lambda: {**self.train_arm(arm), "concurrent_arms": 1},
+                     after=("init",) if arm.start == "init" else (f"train/{arm.start}",))
+
     def train_all(self) -> None:
         """Every arm, in waves of up to ``parallel`` arms whose start is trained (one process per arm)."""
-        def done(name: str) -> bool:
-            return f"train/{name}" in self.state["done"]
+        def done(arm: Arm) -> bool:
+            return self.runner.is_done(f"train/{arm.name}")
 
-        for arm in self.arms:
-            if done(arm.name):
-                self.echo(f"train/{arm.name}: done earlier, skipped")
-        while todo := [a for a in self.arms if not done(a.name)]:
-            ready = [a for a in todo if a.start == "init" or done(a.start)]
+        for arm in filter(done, self.arms):
+            self.runner.run_stage(self.train_stage(arm))      # said to be done earlier, skipped
+        while todo := [a for a in self.arms if not done(a)]:
+            ready = [a for a in todo if a.start == "init" or self.runner.is_done(f"train/{a.start}")]
             wave = ready[:self.config.parallel]
             if len(wave) == 1:
-                self._step(f"train/{wave[0].name}", lambda arm=wave[0]: {**self.train_arm(arm), "concurrent_arms": 1})
+                self.runner.run_stage(self.train_stage(wave[0]))
             else:
                 self._train_concurrently(wave)
 
     def _train_concurrently(self, wave: list[Arm]) -> None:
+        """The arms of ``wave`` trained at once, one spawned process each (:func:`_train_in_child`); each arm's stage is
+        recorded as it ends (done from the record it wrote, or failed with its exit code)."""
         import multiprocessing
         import signal
 
@@ -341,6 +309,7 @@ class Comparison:
         # A SIGTERM to this process (a job's limit, `timeout`) must not leave the trainers running: a rerun would
         # start new ones writing the same checkpoints. It becomes SystemExit, and `finally` stops the children.
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        started = time.perf_counter()
         try:
             for arm in wave:
                 process = context.Process(target=_train_in_child, args=(self.config, arm), name=f"train/{arm.name}")
@@ -352,12 +321,13 @@ class Comparison:
                 process.join()
                 record = self.path("arms", arm.folder, ARM_RECORD)
                 if process.exitcode != 0 or not record.is_file():
-                    failed.append(f"train/{arm.name} (exit code {process.exitcode}; its traceback is in the log "
-                                  "above)")
+                    error = f"exit code {process.exitcode}; its traceback is in the log above"
+                    self.runner.record_failure(f"train/{arm.name}", error, time.perf_counter() - started)
+                    failed.append(f"train/{arm.name} ({error})")
                     continue
                 result = {**json.loads(record.read_text()), "concurrent_arms": len(wave)}
-                self.state["done"][f"train/{arm.name}"] = result
-                write_json(self.state_file, self.state)     # what finished is kept even if a sibling failed
+                # What finished is kept even if a sibling failed.
+                self.runner.record(f"train/{arm.name}", result, result["seconds"])
                 self.echo(f"train/{arm.name}: {result['seconds']:.0f} s (wall clock, {len(wave)} arms at once)")
         finally:
             for _, process in jobs:
@@ -385,9 +355,7 @@ class Comparison:
 
     def _train(self, arm: Arm) -> dict[str, Any]:
         if arm.regime == "pretrained":
-            from textwm.experiments.pretrained_regime import train_by_epochs
-
-            return train_by_epochs(self, arm)
+            return pretrained_regime.train_by_epochs(self, arm)
         import torch
 
         from textwm.training.trainer import train
@@ -421,6 +389,13 @@ class Comparison:
 
     # --- evaluation ------------------------------------------------------------------------------------
 
+    def generate_stages(self, arm: Arm) -> list[Stage]:
+        """The decoding stages of a scored arm: ``generate/<arm>`` (:meth:`generate_arm`), or in the pretrained regime
+        one per trained epoch and the best epoch's samples (:func:`pretrained_regime.generate_stages`)."""
+        if arm.regime == "pretrained":
+            return pretrained_regime.generate_stages(self, arm)
+        return [Stage(f"generate/{arm.name}", lambda: self.generate_arm(arm), after=(f"train/{arm.name}",))]
+
     def generate_arm(self, arm: Arm) -> dict[str, Any]:
         """Greedy and ``samples`` sampled decodings of the held-out rows (GPU work; no scoring), one model load
         for all of them (:func:`textwm.generation.runner.run_passes`)."""
@@ -449,16 +424,14 @@ class Comparison:
         """The scorer on the greedy outputs, the sampled outputs' diversity, the share of empty outputs."""
 
         if arm.regime == "pretrained":
-            from textwm.experiments.pretrained_regime import score_arm
-
-            return score_arm(self, arm)
+            return pretrained_regime.score_arm(self, arm)
 
         c = self.config
         folder = self.path("eval", arm.folder)
         scores = score_file("test", folder / "greedy" / "test_outputs.jsonl", folder / "greedy",
                             ScoreOptions(mauve_max_samples=c.eval_rows))
         diversity = sampled_diversity([folder / f"sample_{k}" / "test_outputs.jsonl" for k in range(c.samples)])
-        return {"scores": scores, "diversity": diversity, **self.state["done"][f"generate/{arm.name}"],
+        return {"scores": scores, "diversity": diversity, **self.done[f"generate/{arm.name}"],
                 "sampled_decode_tokens_per_second": sampled_decode_rate([folder / f"sample_{k}" for k in range(c.samples)]),
                 "empty_share": empty_share(folder / "greedy" / "test_outputs.jsonl")}
 
