@@ -90,7 +90,7 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import textwm.models  # noqa: F401  (registers the sdar, sdar_moe and wedlm model types)
+    from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
     spec = read_spec(config.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
