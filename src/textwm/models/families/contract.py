@@ -87,7 +87,8 @@ class ModelFamily:
     #: Generation also stops at the tokenizer's eos token (WeDLM's engine adds it to the config's stop ids).
     stops_at_tokenizer_eos: bool = False
     #: The trainer's warning when it turns a checkpoint of another family into this one, a ``str.format`` template
-    #: with ``{path}``, ``{family}`` (the checkpoint's family), ``{block}`` and ``{mask}`` (the new mask id).
+    #: with ``{path}``, ``{family}`` (the checkpoint's family), ``{name}`` (this one's), ``{block}`` (the block
+    #: length) and ``{mask}`` (the new mask id).
     conversion_note: str = "{path} is a {family} checkpoint: trained here as {name}"
 
     def objective_class(self) -> type:
