@@ -40,10 +40,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-import textwm.models  # noqa: F401  (registers the sdar and wedlm model types)
 from textwm.config import ConfigCLI, option
 from textwm.diffusion.masks import packed_causal_mask_mod, sdar_mask_mod
 from textwm.diffusion.noisy_stream import blocks_with_a_mask
+from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 from textwm.models.tiny import SIZES, tiny_config
 from textwm.training import memory, speedups
 from textwm.training.config import SFTConfig

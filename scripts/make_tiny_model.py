@@ -16,7 +16,14 @@ from pathlib import Path
 from textwm.config import ConfigCLI, ConfigError, option
 from textwm.data.jsonl import read_jsonl
 from textwm.data.schema import validate_row
-from textwm.models.tiny import SIZES, TINY_ARCHS, TINY_FAMILIES, build_tiny_checkpoint, chat_texts
+from textwm.models.tiny import (
+    MOE_VARIANTS,
+    SIZES,
+    TINY_ARCHS,
+    TINY_FAMILIES,
+    build_tiny_checkpoint,
+    chat_texts,
+)
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "sciworld_wm_train.jsonl"
 
@@ -38,7 +45,7 @@ class TinyModelConfig:
     seed: int = option(0, "seed of the weights")
 
     def __post_init__(self) -> None:
-        if self.arch == "llama" and self.family == "sdar_moe":
+        if self.arch == "llama" and self.family in MOE_VARIANTS:
             raise ConfigError("--family sdar_moe is Qwen3-MoE only; use --arch qwen3, or --family sdar for a Llama "
                               "SDAR model")
 

@@ -199,6 +199,7 @@ class LocalAgent:
                  seed: int | None = None):
         from textwm.generation.decoders import make_decoder
         from textwm.models.checkpoint import load_model
+        from textwm.models.families import get_family
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -212,7 +213,7 @@ class LocalAgent:
             torch.manual_seed(seed)
         self.model_path = str(model_path)
         self.loaded = load_model(model_path, device=device, dtype=dtype)
-        if self.loaded.spec.family == "sdar":
+        if get_family(self.loaded.spec.family).block_causal:
             self.loaded.spec.require_diffusion(block_length)
         self.decoder = make_decoder(self.loaded.model, self.loaded.spec, pad_token_id=self.loaded.tokenizer.pad_token_id)
         self.encoder = ChatEncoder(self.loaded.tokenizer)

@@ -2,8 +2,10 @@
 :mod:`textwm.experiments.comparison_agents`, its report): the families, the regimes, the files, the error."""
 
 from textwm.envs.task_types import AGENT_FILES  # Stage 2's files from the data folder
+from textwm.models.families import family_names
 
-FAMILIES = ("ar", "sdar", "wedlm")
+#: The world-model families compared: the registry's (:mod:`textwm.models.families`).
+FAMILIES = tuple(family_names())
 #: ``scratch``: random inits; ``convert``: an AR head start converted to each family; ``pretrained``: a pretrained
 #: AR start (``ComparisonConfig.init``) fine-tuned, or converted and fine-tuned, epoch by epoch.
 REGIMES = ("scratch", "convert", "pretrained")

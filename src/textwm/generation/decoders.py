@@ -11,6 +11,7 @@ from textwm.generation.base import Decoder, Generation
 from textwm.generation.sdar import SDARDecoder
 from textwm.generation.wedlm import WeDLMDecoder
 from textwm.models.checkpoint import ModelSpec
+from textwm.models.families import get_family
 
 __all__ = ["ARDecoder", "Generation", "SDARDecoder", "WeDLMDecoder", "make_decoder"]
 
@@ -18,12 +19,9 @@ log = logging.getLogger(__name__)
 
 
 def reference_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None) -> Decoder:
-    """SDAR block diffusion, WeDLM streaming parallel decoding, or left-to-right AR, by ``spec.family``."""
-    if spec.family == "sdar":
-        return SDARDecoder(model, spec, pad_token_id=pad_token_id)
-    if spec.family == "wedlm":
-        return WeDLMDecoder(model, spec, pad_token_id=pad_token_id)
-    return ARDecoder(model, spec, pad_token_id=pad_token_id)
+    """The reference decoder of ``spec.family`` (its family's: SDAR block diffusion, WeDLM streaming parallel
+    decoding, left-to-right AR, ...)."""
+    return get_family(spec.family).decoder_class()(model, spec, pad_token_id=pad_token_id)
 
 
 def make_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None, engine: str = "auto") -> Decoder:

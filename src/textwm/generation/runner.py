@@ -296,6 +296,7 @@ def run_passes(configs: list[EvalGenerateConfig]) -> list[dict[str, dict[str, An
     is the whole call (worker start, model load, every pass) and ``tokens_per_second`` every pass's tokens over
     it; ``passes`` says how many shared it. Returns each pass's per-dataset stats."""
     from textwm.models.checkpoint import read_spec
+    from textwm.models.families import get_family
 
     if not configs:
         raise ValueError("run_passes needs at least one config")
@@ -312,7 +313,7 @@ def run_passes(configs: list[EvalGenerateConfig]) -> list[dict[str, dict[str, An
     for config in configs:
         check_output_dir(config.output_dir, "--output-dir")  # before any work: a bad path fails in a second
     spec = read_spec(first.model_path, mask_token_id=first.mask_token_id)
-    if spec.family == "sdar":
+    if get_family(spec.family).block_causal:
         for config in configs:
             spec.require_diffusion(config.decode.block_length, rules=config.decode.sdar_rules)
     jobs_by_dataset = load_jobs(first)

@@ -32,6 +32,7 @@ import torch
 
 from textwm.generation.base import Decoder, Generation
 from textwm.generation.settings import DecodeSettings
+from textwm.models.families import get_family
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _vocab(tokenizer: Any) -> dict[str, int]:
 def check_pair(verifier: Any, drafter: Any, draft_length: int) -> None:
     """Refuse a pairing whose answers could not be the verifier's greedy ones: a non-AR verifier, a drafter of
     another tokenizer or other stop ids, a draft length below 1 (``verifier``, ``drafter``: loaded checkpoints)."""
-    if verifier.spec.family != "ar":
+    if get_family(verifier.spec.family).masked:
         raise ValueError(f"the verifier must be an AR model, got a {verifier.spec.family} one")
     if draft_length < 1:
         raise ValueError(f"draft_length must be >= 1, got {draft_length}")

@@ -1,21 +1,23 @@
 """Loading, saving and converting world-model checkpoints.
 
-Three families share one interface:
+Every family (:mod:`textwm.models.families`: ``ar``, ``sdar``, ``wedlm``, and any registered later) shares one
+interface:
 
 * ``ar``: any Hugging Face causal LM (Qwen3, Qwen2, Llama, ...), decoded left to right;
 * ``sdar``: a block-diffusion model. Qwen3-based ones carry ``model_type: "sdar"`` and Qwen3-MoE
   ones ``"sdar_moe"`` (the SDAR release formats, see :mod:`textwm.models.sdar`); other
   architectures keep their model type and add ``"diffusion": "sdar"``. All add ``block_size`` and
-  ``mask_token_id`` to ``config.json`` (hub SDAR configs lack them: :mod:`textwm.models.hub`).
+  ``mask_token_id`` to ``config.json`` (hub SDAR configs lack them: :mod:`textwm.models.families.sdar`).
 * ``wedlm``: a causal LM trained to recover masks under causal attention (WeDLM). Tencent's
   checkpoints carry ``model_type: "wedlm"`` (:mod:`textwm.models.wedlm`); ones converted here keep
   their architecture and model type and add ``"diffusion": "wedlm"``, ``mask_token_id`` and
   ``block_size`` (the training block of the masking ratios).
 
 The family, block size, mask token and stop ids are read from the checkpoint (never hard-coded)
-into a :class:`ModelSpec`; decoders and trainers take their settings from it. No checkpoint needs
-``trust_remote_code``: importing :mod:`textwm.models` registers the ``sdar``, ``sdar_moe`` and
-``wedlm`` model types with transformers.
+into a :class:`ModelSpec`; decoders and trainers take their settings from it and their pieces from the
+family. No checkpoint needs ``trust_remote_code``: importing :mod:`textwm.models.sdar` and
+:mod:`textwm.models.wedlm` (done here before loading) registers the ``sdar``, ``sdar_moe`` and ``wedlm``
+model types with transformers.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from textwm.models import hub
-from textwm.models.hub import DIFFUSION_FIELD, CheckpointError
+from textwm.models.families import DEFAULT_FAMILY, DIFFUSION_FIELD, family_names, family_of, get_family
+from textwm.models.hub import CheckpointError
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("ar", "sdar", "wedlm")
 MASK_TOKEN = "<|MASK|>"
 
 
@@ -121,8 +123,8 @@ def _local_path(path: str | os.PathLike) -> Path:
 def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> ModelSpec:
     """Read a checkpoint's family, block size, mask token and stop ids from its JSON files.
 
-    What a hub config leaves out is filled in by the rules of :mod:`textwm.models.hub` (each
-    announced with a warning): the SDAR block size and mask id, WeDLM's hard-coded mask id.
+    What a hub config leaves out is filled in by the checkpoint's family (:mod:`textwm.models.hub` asks it; each
+    value announced with a warning): the SDAR block size and mask id, WeDLM's hard-coded mask id.
 
     Args:
         path: a local checkpoint folder (or a hub id, downloaded if reachable).
@@ -130,7 +132,7 @@ def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> M
     """
     local = _local_path(path)
     config = hub.read_json(local / "config.json")
-    family = hub.family_of(config)
+    family = family_of(config)
     mask = mask_token_id if mask_token_id is not None else hub.mask_token_id(local, config, family)
     return ModelSpec(path=str(local), family=family, model_type=str(config.get("model_type", "")),
                      block_size=hub.block_size(local, config, family, str(path)),
@@ -141,7 +143,7 @@ def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> M
 def apply_spec(model: Any, spec: ModelSpec) -> None:
     """Write the spec's resolved block size and mask id into a loaded diffusion model's config, so
     the in-memory config (and any checkpoint saved from it) says what the hub config left out."""
-    if spec.family == "ar":
+    if not get_family(spec.family).masked:
         return
     if spec.block_size is not None:
         model.config.block_size = spec.block_size
@@ -209,21 +211,58 @@ def add_mask_token(model: Any, tokenizer: Any) -> int:
     return mask_id
 
 
+def convert_to_family(model: Any, tokenizer: Any, family: str, block_size: int) -> int | None:
+    """Turn a causal LM (in memory) into a checkpoint of ``family``; returns the mask id (None: an unmasked family).
+
+    A model of another family is first made a plain causal LM (:func:`as_autoregressive`). A masked family
+    gets a mask token (:func:`add_mask_token`: ``<|MASK|>`` unless the tokenizer has one, new embedding rows
+    = mean of the old ones) and ``block_size`` / ``mask_token_id`` in its config; then the model takes the
+    family's own classes where it has them for this architecture (SDAR: Qwen3 -> ``SDARForCausalLM``),
+    otherwise it keeps its classes and its config says ``"diffusion": family``.
+    """
+    target = get_family(family)
+    if target.masked and block_size < 1:
+        raise CheckpointError(f"block_size must be >= 1, got {block_size}")
+    if family_of(model.config.to_dict()) not in (target.name, DEFAULT_FAMILY):
+        as_autoregressive(model)
+    if target.name == DEFAULT_FAMILY:
+        return None
+    mask_id = add_mask_token(model, tokenizer) if target.masked else None
+    classes = target.own_classes(model.config.model_type)
+    model.config = family_config(model.config, target.name, block_size=block_size, mask_token_id=mask_id)
+    if classes is not None:   # the family's own classes: the same modules and weights, another class
+        model.config.vocab_size = model.get_input_embeddings().weight.shape[0]
+        model.__class__ = classes[1]
+    return mask_id
+
+
+def family_config(config: Any, family: str, *, block_size: int, mask_token_id: int | None) -> Any:
+    """A plain causal LM's config (``Qwen3Config``, ``LlamaConfig``, ...) as a config of ``family``, the way
+    :func:`convert_to_family` makes one (the tiny-model factory builds its configs so)."""
+    target = get_family(family)
+    fields = {"block_size": block_size, "mask_token_id": mask_token_id} if target.masked else {}
+    classes = target.own_classes(config.model_type)
+    if classes is not None:
+        return config_as(config, classes[0], **fields)
+    if target.name != DEFAULT_FAMILY:
+        mark_config(config, target.name, fields)
+    return config
+
+
+def mark_config(config: Any, family: str, fields: dict[str, Any]) -> None:
+    """Write ``fields`` and the family marker (``"diffusion": family``) into ``config``."""
+    for name, value in fields.items():
+        setattr(config, name, value)
+    setattr(config, DIFFUSION_FIELD, family)
+
+
 def convert_to_wedlm(model: Any, tokenizer: Any, block_size: int) -> int:
     """Mark a causal LM (in memory) as a WeDLM checkpoint; returns the mask id.
 
     The architecture and model type stay (WeDLM decodes with ordinary causal attention): only a
     mask token and the ``diffusion``/``mask_token_id``/``block_size`` config fields are added.
     """
-    if block_size < 1:
-        raise CheckpointError(f"block_size must be >= 1, got {block_size}")
-    if getattr(model.config, "model_type", None) in hub.SDAR_MODEL_TYPES:
-        as_autoregressive(model)
-    mask_id = add_mask_token(model, tokenizer)
-    model.config.block_size = block_size
-    model.config.mask_token_id = mask_id
-    setattr(model.config, DIFFUSION_FIELD, "wedlm")
-    return mask_id
+    return convert_to_family(model, tokenizer, "wedlm", block_size)
 
 
 def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> int:
@@ -235,57 +274,29 @@ def convert_to_block_diffusion(model: Any, tokenizer: Any, block_size: int) -> i
     "sdar"``, the format SDAR tools read), a Qwen3-MoE one ``SDARMoeForCausalLM`` (``"sdar_moe"``);
     other architectures keep their model type and get ``"diffusion": "sdar"``.
     """
-    from textwm.models.sdar import SDARConfig, SDARForCausalLM, SDARMoeConfig, SDARMoeForCausalLM
-
-    if block_size < 1:
-        raise CheckpointError(f"block_size must be >= 1, got {block_size}")
-    if hub.family_of(model.config.to_dict()) == "wedlm":
-        as_autoregressive(model)
-    mask_id = add_mask_token(model, tokenizer)
-    sdar_classes = {"qwen3": (SDARConfig, SDARForCausalLM), "sdar": (SDARConfig, SDARForCausalLM),
-                    "qwen3_moe": (SDARMoeConfig, SDARMoeForCausalLM), "sdar_moe": (SDARMoeConfig, SDARMoeForCausalLM)}
-    if model.config.model_type in sdar_classes:
-        _retype(model, *sdar_classes[model.config.model_type], block_size=block_size, mask_token_id=mask_id,
-                vocab_size=model.get_input_embeddings().weight.shape[0])
-    else:
-        model.config.block_size = block_size
-        model.config.mask_token_id = mask_id
-        setattr(model.config, DIFFUSION_FIELD, "sdar")
-    return mask_id
+    return convert_to_family(model, tokenizer, "sdar", block_size)
 
 
-def _retype(model: Any, config_cls: type, model_cls: type, *, drop: tuple[str, ...] = (), **fields: Any) -> None:
-    """Give ``model`` the config class ``config_cls`` (its saved model type) and the class ``model_cls``:
-    same module tree and weights, only the classes change. ``drop``: config keys to leave out."""
+def config_as(config: Any, config_cls: type, *, drop: tuple[str, ...] = (), **fields: Any) -> Any:
+    """``config`` as an instance of ``config_cls`` (its saved model type), with ``fields`` set: the same
+    architecture, only the class changes. ``drop``: config keys to leave out."""
     skip = ("model_type", "architectures", "transformers_version", *drop)
-    config = config_cls(**{k: v for k, v in model.config.to_dict().items() if k not in skip})
+    out = config_cls(**{k: v for k, v in config.to_dict().items() if k not in skip})
     for name, value in fields.items():
-        setattr(config, name, value)
-    model.config = config
-    model.__class__ = model_cls
-
-
-def _ar_classes(config: Any) -> tuple[type, type]:
-    """The plain causal-LM classes of an SDAR / hub WeDLM model type (:mod:`textwm.models.wedlm` variants)."""
-    import transformers as tf
-
-    if config.model_type == "sdar":
-        return tf.Qwen3Config, tf.Qwen3ForCausalLM
-    if config.model_type == "sdar_moe":
-        return tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM
-    if config.qk_norm and not config.attention_bias:
-        return tf.Qwen3Config, tf.Qwen3ForCausalLM
-    if not config.qk_norm and config.attention_bias:
-        return tf.Qwen2Config, tf.Qwen2ForCausalLM
-    raise CheckpointError(f"WeDLM config with qk_norm={config.qk_norm} and attention_bias={config.attention_bias} "
-                          "is neither Qwen3 nor Qwen2.5: it has no plain causal-LM class to be saved as")
+        setattr(out, name, value)
+    return out
 
 
 def as_autoregressive(model: Any) -> None:
-    """Drop the SDAR / WeDLM marker so a checkpoint trained with the AR objective saves as an AR model."""
+    """Drop the family's format or marker so a checkpoint trained with the AR objective saves as an AR model:
+    a model type a family owns becomes its plain architecture (SDAR -> Qwen3, hub WeDLM -> Qwen3 / Qwen2.5),
+    a marked config loses the marker, ``block_size`` and ``mask_token_id``."""
     model_type = getattr(model.config, "model_type", None)
-    if model_type in (*hub.SDAR_MODEL_TYPES, hub.WEDLM_MODEL_TYPE):
-        _retype(model, *_ar_classes(model.config), drop=("block_size", "mask_token_id", "qk_norm"))
+    owner = next((f for f in map(get_family, family_names()) if model_type in f.model_types), None)
+    if owner is not None and owner.plain_classes is not None:
+        config_cls, model_cls = owner.plain_classes(model.config)
+        model.config = config_as(model.config, config_cls, drop=("block_size", "mask_token_id", "qk_norm"))
+        model.__class__ = model_cls
     elif hasattr(model.config, DIFFUSION_FIELD):
         delattr(model.config, DIFFUSION_FIELD)
         for name in ("block_size", "mask_token_id"):
@@ -296,20 +307,20 @@ def as_autoregressive(model: Any) -> None:
 def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_size: int,
                        family: str = "sdar") -> Path:
     """Convert an AR checkpoint on disk: load ``src`` (a folder, a hub id or a pretrained start name), turn it into
-    an SDAR (:func:`convert_to_block_diffusion`) or a WeDLM (:func:`convert_to_wedlm`) checkpoint, save to ``dst``."""
+    a checkpoint of the masked ``family`` (:func:`convert_to_family`: SDAR, WeDLM), save to ``dst``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
-    converters = {"sdar": convert_to_block_diffusion, "wedlm": convert_to_wedlm}
-    if family not in converters:
-        raise CheckpointError(f"conversion family must be one of {', '.join(converters)}, got {family!r}")
+    masked = [name for name in family_names() if get_family(name).masked]
+    if family not in masked:
+        raise CheckpointError(f"conversion family must be one of {', '.join(masked)}, got {family!r}")
     local = _local_path(src)
     if Path(dst).resolve() == local.resolve():
         raise CheckpointError(f"{dst}: write the converted checkpoint to a new folder")
     tokenizer = AutoTokenizer.from_pretrained(local)
     model = AutoModelForCausalLM.from_pretrained(local, dtype="auto")
-    converters[family](model, tokenizer, block_size)
+    convert_to_family(model, tokenizer, family, block_size)
     out = Path(dst)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

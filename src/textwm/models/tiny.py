@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from textwm.data.schema import parse_messages
+from textwm.models.checkpoint import MASK_TOKEN, family_config
+from textwm.models.families import ModelFamily, family_names, get_family
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +65,30 @@ SIZES: dict[str, ModelSize] = {
 #: Experts of the tiny MoE models: 4 experts of a quarter of the dense MLP width, 2 per token, every
 #: layer sparse, top-k weights renormalised (SDAR-30B-A3B / Qwen3-30B-A3B: 128 experts, 8 per token).
 TINY_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": True}
-TINY_FAMILIES = ("ar", "sdar", "sdar_moe", "wedlm")
+#: Shape variants of a family, by tiny-model name: ``sdar_moe`` is an ``sdar`` model of Qwen3-MoE shape.
+MOE_VARIANTS = {"sdar_moe": "sdar"}
 #: Architectures of the tiny models: ``qwen3`` (``Qwen3ForCausalLM``; SDAR ones in the SDAR release format,
 #: :mod:`textwm.models.sdar`) or ``llama`` (``LlamaForCausalLM``, SmolLM2's; diffusion families keep the
 #: ``llama`` model type and say ``"diffusion": "sdar" | "wedlm"``, as converted checkpoints do).
 TINY_ARCHS = ("qwen3", "llama")
 #: What the Llama models set beyond the shape: no biases (SmolLM2's config), and SmolLM2's RoPE base.
 LLAMA_FIELDS = {"attention_bias": False, "mlp_bias": False, "rope_theta": 100000.0}
+
+
+def tiny_families() -> tuple[str, ...]:
+    """The ``family`` values the factory builds: every registered family and the :data:`MOE_VARIANTS`."""
+    return tuple(sorted({*family_names(), *MOE_VARIANTS}))
+
+
+def tiny_family(family: str) -> ModelFamily:
+    """The registered family a tiny model of ``family`` is (a :data:`MOE_VARIANTS` name: its dense family)."""
+    if family not in tiny_families():
+        raise ValueError(f"family must be one of {', '.join(tiny_families())}, got {family!r}")
+    return get_family(MOE_VARIANTS.get(family, family))
+
+
+#: The tiny models' families when this module was imported (a script's choices); :func:`tiny_families` is current.
+TINY_FAMILIES = tiny_families()
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_token: bool = False) -> Any:
@@ -80,8 +99,6 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_t
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-
-    from textwm.models.checkpoint import MASK_TOKEN
 
     specials = SPECIAL_TOKENS + ([MASK_TOKEN] if with_mask_token else [])
     tok = Tokenizer(models.BPE())
@@ -104,42 +121,34 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", arch: str = "
                 eos_token_id: int | list[int] | None = None, max_position_embeddings: int = 40960) -> Any:
     """A config of a named :data:`SIZES` shape for ``family`` and ``arch``.
 
-    Qwen3 (``arch="qwen3"``): Qwen3 (``family="ar"``), SDAR (``"sdar"``), SDAR-MoE (``"sdar_moe"``:
-    Qwen3-MoE plus the SDAR fields, :data:`TINY_MOE` experts) or WeDLM (``"wedlm"``: Qwen3 plus the WeDLM
-    fields). Llama (``arch="llama"``, :data:`LLAMA_FIELDS`): ``ar``, ``sdar`` and ``wedlm`` are a Llama
-    config, the diffusion ones with ``block_size``, ``mask_token_id`` and ``"diffusion": family`` added;
-    there is no Llama ``sdar_moe``.
+    The plain architecture's config (Qwen3, Qwen3-MoE for a :data:`MOE_VARIANTS` name with :data:`TINY_MOE`
+    experts, or Llama with :data:`LLAMA_FIELDS`), made the family's as a conversion makes it
+    (:func:`~textwm.models.checkpoint.family_config`): Qwen3 SDAR in the SDAR release format (``SDARConfig``,
+    ``SDARMoeConfig``), other masked families and architectures with ``block_size``, ``mask_token_id`` and
+    ``"diffusion": family`` added; there is no Llama ``sdar_moe``.
     """
-    from transformers import LlamaConfig, Qwen3Config
-
-    from textwm.models.checkpoint import DIFFUSION_FIELD
-    from textwm.models.sdar import SDARConfig, SDARMoeConfig
+    from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig
 
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
     if arch not in TINY_ARCHS:
         raise ValueError(f"arch must be one of {', '.join(TINY_ARCHS)}, got {arch!r}")
-    if family not in TINY_FAMILIES:
-        raise ValueError(f"family must be one of {', '.join(TINY_FAMILIES)}, got {family!r}")
-    if arch == "llama" and family == "sdar_moe":
-        raise ValueError("family sdar_moe is Qwen3-MoE (SDAR-30B-A3B's architecture) only: use arch='qwen3', "
-                         "or family sdar for a dense Llama block-diffusion model")
-    if family != "ar" and mask_token_id is None:
+    dense = tiny_family(family)
+    if arch == "llama" and family in MOE_VARIANTS:
+        raise ValueError(f"family {family} is Qwen3-MoE (SDAR-30B-A3B's architecture) only: use arch='qwen3', "
+                         f"or family {dense.name} for a dense Llama block-diffusion model")
+    if dense.masked and mask_token_id is None:
         raise ValueError(f"family {family} needs mask_token_id (the mask embedding row)")
     shape = SIZES[size].__dict__
     common = dict(vocab_size=vocab_size, max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
                   pad_token_id=pad_token_id, eos_token_id=eos_token_id, rms_norm_eps=1e-6, **shape)
-    if arch == "qwen3" and family == "sdar":
-        return SDARConfig(block_size=block_size, mask_token_id=mask_token_id, **common)
-    if family == "sdar_moe":
-        return SDARMoeConfig(block_size=block_size, mask_token_id=mask_token_id,
-                             moe_intermediate_size=max(SIZES[size].intermediate_size // 4, 1), **TINY_MOE, **common)
-    # No bos token: the tokenizer has none (LlamaConfig would default bos_token_id to 1).
-    config = Qwen3Config(**common) if arch == "qwen3" else LlamaConfig(bos_token_id=None, **LLAMA_FIELDS, **common)
-    if family != "ar":   # marked as convert_to_wedlm / convert_to_block_diffusion mark such checkpoints
-        config.block_size, config.mask_token_id = block_size, mask_token_id
-        setattr(config, DIFFUSION_FIELD, family)
-    return config
+    if family in MOE_VARIANTS:
+        config = Qwen3MoeConfig(moe_intermediate_size=max(SIZES[size].intermediate_size // 4, 1), **TINY_MOE, **common)
+    elif arch == "qwen3":
+        config = Qwen3Config(**common)
+    else:   # no bos token: the tokenizer has none (LlamaConfig would default bos_token_id to 1)
+        config = LlamaConfig(bos_token_id=None, **LLAMA_FIELDS, **common)
+    return family_config(config, dense.name, block_size=block_size, mask_token_id=mask_token_id)
 
 
 def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", block_size: int = 4,
@@ -191,7 +200,7 @@ def build_tiny_checkpoint(out_dir: str | os.PathLike, texts: Iterable[str], *, f
     reach a real model's parameter count, e.g. 151936 rows like Qwen3); ``mask_token_id``: see
     :func:`build_tiny_model`.
     """
-    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=family != "ar")
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, with_mask_token=tiny_family(family).masked)
     model = build_tiny_model(tokenizer, family=family, size=size, block_size=block_size, seed=seed,
                              vocab_size=embedding_rows, mask_token_id=mask_token_id, arch=arch)
     path = save_checkpoint(model, tokenizer, out_dir)

@@ -31,7 +31,7 @@ from typing import Any
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from textwm.models.hub import WEDLM_MODEL_TYPE, WEDLM_TRAINING_MASK_ID
+from textwm.models.families.wedlm import WEDLM_MODEL_TYPE, WEDLM_TRAINING_MASK_ID
 from textwm.models.sdar import HubConfigMixin
 
 log = logging.getLogger(__name__)

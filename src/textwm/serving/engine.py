@@ -31,6 +31,7 @@ from textwm.generation.base import Generation
 from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
+from textwm.models.families import get_family
 from textwm.serving.metrics import ServerMetrics
 from textwm.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from textwm.serving.scheduler import (
@@ -166,6 +167,8 @@ class Engine:
         self.config = config
         self.tokenizer = loaded.tokenizer
         self.family = loaded.spec.family
+        #: SDAR's fixed blocks: block lengths checked against the checkpoint, lmdeploy's rules available.
+        self.block_causal = get_family(self.family).block_causal
         self.vocab_size = int(loaded.model.get_input_embeddings().weight.shape[0])
         self.metrics = ServerMetrics()
         self.decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
@@ -181,7 +184,7 @@ class Engine:
         self._anchored_decoder: Any = None
         self._mailbox: LoopMailbox | None = None
         self._lowered_switch = False   # this engine holds the lowered switch interval (start() to stop())
-        if self.family == "sdar":
+        if self.block_causal:
             loaded.spec.require_diffusion(config.defaults.block_length, rules=config.defaults.sdar_rules)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -295,18 +298,18 @@ class Engine:
             "window_size": request.window_size, "entropy_threshold": request.entropy_threshold,
             "position_penalty": request.position_penalty,
         }
-        if self.family == "sdar" and d.sdar_rules == "lmdeploy":
+        if self.block_causal and d.sdar_rules == "lmdeploy":
             self._drop_diffusion_overrides(overrides)
         try:
             settings = dataclasses.replace(d, gen_length=max_tokens,
                                            **{k: v for k, v in overrides.items() if v is not None})
             steps = overrides.get("denoising_steps")      # None too where the SDAR rules ignore a request's
-            if self.family == "sdar" and steps is not None and steps > settings.block_length:
+            if self.block_causal and steps is not None and steps > settings.block_length:
                 # The decoders keep per-step state of this length: a request may not size it past what a block
                 # can use (each step fills at least one of the block's tokens).
                 raise ValueError(f"num_diffusion_steps must be at most block_length ({settings.block_length}): a "
                                  f"block of that many tokens takes at most that many steps, got {steps}")
-            if self.family == "sdar":
+            if self.block_causal:
                 self.loaded.spec.require_diffusion(settings.block_length, rules=settings.sdar_rules)
         except ValueError as exc:  # CheckpointError is a ValueError too
             raise RequestError(str(exc)) from None
@@ -416,7 +419,7 @@ class Engine:
         if request.stop_strings():
             raise RequestError("response_template: stop strings do not apply to an anchored answer (a slot ends "
                                "at a stop id or its size); leave stop out")
-        if self.family == "sdar" and settings.sdar_rules == "lmdeploy":
+        if self.block_causal and settings.sdar_rules == "lmdeploy":
             raise RequestError("response_template: anchored decoding runs under the generate rules; this server "
                                "decodes SDAR under lmdeploy's (--sdar-rules generate)")
         try:

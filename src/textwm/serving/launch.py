@@ -43,6 +43,9 @@ SERVER_MAX_TOKENS = 256
 #: The mask id lmdeploy feeds SDAR models whatever their config says
 #: (``lmdeploy/pytorch/configurations/sdar.py`` ``SDARModelConfigBuilder.build``: ``dllm_mask_token = 151669``).
 LMDEPLOY_MASK_TOKEN_ID = 151669
+#: The model types lmdeploy decodes as diffusion LMs (``lmdeploy/pytorch/configurations/sdar.py``:
+#: ``SDARModelConfigBuilder``, model paradigm "dllm"): SDAR over Qwen3 and Qwen3-MoE.
+LMDEPLOY_DLLM_MODEL_TYPES = ("sdar", "sdar_moe")
 
 
 def server_decode_defaults() -> DecodeSettings:
@@ -172,11 +175,11 @@ def check_vllm_checkpoint(model_path: str) -> None:
     if not Path(model_path).is_dir():
         return
     from textwm.models.checkpoint import read_spec
-    from textwm.models.hub import SDAR_MODEL_TYPES
+    from textwm.models.families import get_family
 
     ckpt = read_spec(model_path)
-    if ckpt.family != "ar":
-        also = " (or --backend lmdeploy)" if ckpt.model_type in SDAR_MODEL_TYPES else ""
+    if get_family(ckpt.family).masked:
+        also = " (or --backend lmdeploy)" if ckpt.model_type in LMDEPLOY_DLLM_MODEL_TYPES else ""
         raise ValueError(f"{model_path}: a {ckpt.family} checkpoint (model type {ckpt.model_type!r}); vLLM serves AR "
                          f"checkpoints only (Qwen3, Llama and the other causal LMs it knows), decoded left to right. "
                          f"Serve this one with --backend native{also}")
@@ -204,18 +207,18 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
                     spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
         return d.block_length
     from textwm.models.checkpoint import read_spec
-    from textwm.models.hub import SDAR_MODEL_TYPES
+    from textwm.models.families import get_family
 
     ckpt = read_spec(spec.model_path)
-    if ckpt.family != "ar" and ckpt.model_type not in SDAR_MODEL_TYPES:
-        # lmdeploy/pytorch/configurations/sdar.py: SDARModelConfigBuilder (model_paradigm "dllm") applies to the
-        # model types sdar and sdar_moe only; any other loads as a plain causal LM, its --dllm-* flags unused.
+    dllm = ckpt.model_type in LMDEPLOY_DLLM_MODEL_TYPES
+    if get_family(ckpt.family).masked and not dllm:
+        # Any other model type loads as a plain causal LM, its --dllm-* flags unused.
         raise ValueError(
             f"{spec.model_path}: a {ckpt.family} checkpoint of model type {ckpt.model_type!r}; lmdeploy's dllm "
-            f"backend decodes only the SDAR model types {' and '.join(SDAR_MODEL_TYPES)} (Qwen3 / Qwen3-MoE SDAR, "
-            "lmdeploy/pytorch/configurations/sdar.py) and would decode this one left to right as a plain causal "
-            "LM. Serve it with --backend native")
-    if ckpt.family != "sdar":
+            f"backend decodes only the SDAR model types {' and '.join(LMDEPLOY_DLLM_MODEL_TYPES)} (Qwen3 / Qwen3-MoE "
+            "SDAR, lmdeploy/pytorch/configurations/sdar.py) and would decode this one left to right as a plain "
+            "causal LM. Serve it with --backend native")
+    if not dllm:   # an AR checkpoint: lmdeploy decodes it left to right
         return d.block_length
     if ckpt.mask_token_id is None:
         log.warning("notice: %s has no mask_token_id in config.json; lmdeploy takes %d as the mask",

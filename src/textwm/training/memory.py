@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from textwm.config import ConfigError
+from textwm.models.families import get_family
 from textwm.training.linear_ce import CHUNK_BYTES
 
 GIB = 2**30
@@ -226,11 +227,12 @@ def plan_for(config: Any, *, row_tokens: int, answer_share: float, noisy_tokens:
     (padded) training row has ``row_tokens`` tokens and whose answer tokens are ``answer_share`` of all.
 
     ``noisy_tokens``: the longest noisy copy of a row (SDAR / WeDLM compute only the blocks that can hold a
-    mask, :mod:`textwm.diffusion.noisy_stream`); None takes the whole row, the bound for any data."""
-    diffusion = config.objective in ("sdar", "wedlm")
-    noisy = (row_tokens if noisy_tokens is None else min(noisy_tokens, row_tokens)) if diffusion else 0
+    mask, :mod:`textwm.diffusion.noisy_stream`); None takes the whole row, the bound for any data. Whether the
+    objective has a noisy copy, and how many loss terms an answer token has, its objective class says."""
+    objective = get_family(config.objective).objective_class()
+    noisy = (row_tokens if noisy_tokens is None else min(noisy_tokens, row_tokens)) if objective.noisy_copy else 0
     return MemoryPlan(rows=config.per_device_train_batch_size, row_tokens=row_tokens, noisy_tokens=noisy,
-                      loss_share=min(1.0, answer_share * (2 if config.objective == "wedlm" else 1)),
+                      loss_share=min(1.0, answer_share * objective.answer_loss_terms),
                       loss_impl=config.loss_impl, optim=config.optim, checkpointing=config.gradient_checkpointing,
                       mode=config.gradient_checkpointing_mode, every=config.gradient_checkpointing_every,
                       offload=config.activation_offload, compiled=config.torch_compile,

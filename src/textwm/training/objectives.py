@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +99,11 @@ class Objective(ABC):
     block_size: int | None = None
     #: Diffusion objectives: compute only the noisy blocks that hold a mask (:meth:`noisy_part`).
     trim_noisy_copy: bool = True
+    #: The model reads a noisy copy of each row next to the clean one (the memory estimate counts it).
+    noisy_copy: ClassVar[bool] = False
+    #: Loss positions per answer token: WeDLM takes its masked-token and its AR term at each (the memory estimate's
+    #: share of loss positions).
+    answer_loss_terms: ClassVar[int] = 1
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, loss_impl: str = "logits"):
         if loss_impl not in LOSS_IMPLS:
@@ -107,6 +112,12 @@ class Objective(ABC):
         self.attn_implementation = attn_implementation
         self.pad_token_id = pad_token_id
         self.loss_impl = loss_impl
+
+    @classmethod
+    def from_config(cls, config: Any, model: Any, *, attn_implementation: str, pad_token_id: int) -> Objective:
+        """The objective an :class:`~textwm.training.sft_config.SFTConfig` asks for, for ``model`` (already of the
+        objective's family: a diffusion objective reads its mask id from the model's config)."""
+        return cls(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=config.loss_impl)
 
     def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Pad rows into ``[B, L]`` tensors (flex attention wants lengths in 128-token tiles)."""
@@ -172,6 +183,7 @@ class SDARObjective(Objective):
     """
 
     name = "sdar"
+    noisy_copy = True
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, block_size: int,
                  mask_eps: float = MASK_EPS, loss_impl: str = "logits", trim_noisy_copy: bool = True):
@@ -180,6 +192,12 @@ class SDARObjective(Objective):
         self.block_size = block_size
         self.mask_eps = mask_eps
         self.trim_noisy_copy = trim_noisy_copy
+
+    @classmethod
+    def from_config(cls, config, model, *, attn_implementation, pad_token_id):
+        return cls(mask_token_id=int(model.config.mask_token_id), block_size=config.block_length,
+                   mask_eps=config.mask_eps, attn_implementation=attn_implementation, pad_token_id=pad_token_id,
+                   loss_impl=config.loss_impl)
 
     def collate(self, features):
         """Pad, then draw each row's noise from its samples' seeds: ``noise_mask [B, L]``, ``noise_p [B, L]``."""
@@ -233,6 +251,8 @@ class WeDLMObjective(Objective):
     """
 
     name = "wedlm"
+    noisy_copy = True
+    answer_loss_terms = 2
 
     def __init__(self, *, attn_implementation: str, pad_token_id: int, mask_token_id: int, noise_block: int,
                  loss_normalisation: str = "step_tokens", accumulation_steps: int = 1,
@@ -254,6 +274,14 @@ class WeDLMObjective(Objective):
         self.noise_block = noise_block
         self.loss_normalisation = loss_normalisation
         self.accumulation_steps = accumulation_steps
+
+    @classmethod
+    def from_config(cls, config, model, *, attn_implementation, pad_token_id):
+        return cls(mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
+                   loss_normalisation=config.wedlm_loss_normalisation,
+                   accumulation_steps=config.gradient_accumulation_steps, ar_weight=config.wedlm_ar_loss_weight,
+                   weighting=config.wedlm_loss_weighting, attn_implementation=attn_implementation,
+                   pad_token_id=pad_token_id, loss_impl=config.loss_impl)
 
     def micro_batches_per_step(self, num_items_in_batch: Any) -> int:
         """How many micro-batch losses the ``micro_batch`` normalisation averages per optimisation step.

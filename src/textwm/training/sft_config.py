@@ -18,11 +18,13 @@ from typing import Any
 from textwm import config
 from textwm.config import ConfigError
 from textwm.data.jsonl import DataError, read_json
+from textwm.models.families import family_names, get_family
 from textwm.training.deepspeed_paths import resolve_deepspeed
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("ar", "sdar", "wedlm")
+#: The built-in objectives (a model family each); ``family_names()`` also lists families registered later.
+OBJECTIVES = tuple(family_names())
 #: WeDLM loss normalisations (:mod:`textwm.diffusion.wedlm`).
 WEDLM_LOSS_NORMALISATIONS = ("step_tokens", "micro_batch")
 #: WeDLM weightings of the masked-token term (Tencent/WeDLM ``finetune/src/loss.py`` ``compute_mlm_loss``).
@@ -46,7 +48,7 @@ IGNORED_LLAMAFACTORY_KEYS = frozenset({
 
 @dataclass
 class SFTConfig:
-    """Supervised fine-tuning of a world model with the AR or the SDAR objective."""
+    """Supervised fine-tuning of a world model with a family's objective (AR, SDAR, WeDLM, ...)."""
 
     model_name_or_path: str = field(default="", metadata={"help": "checkpoint folder (or hub id) to start from"})
     objective: str = field(default="sdar", metadata={
@@ -134,8 +136,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if not self.model_name_or_path:
             raise ConfigError("model_name_or_path is required")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective not in family_names():
+            raise ConfigError(f"objective must be one of {', '.join(family_names())}, got {self.objective!r}")
         if bool(self.train_file) == bool(self.dataset):
             raise ConfigError("give exactly one of train_file (a JSONL path) or dataset (a name in "
                               "<dataset_dir>/dataset_info.json)")
@@ -168,9 +170,9 @@ class SFTConfig:
             raise ConfigError(f"truncate_mode must be one of {', '.join(TRUNCATE_MODES)}, got {self.truncate_mode!r}")
         if self.block_length < 1:
             raise ConfigError(f"block_length must be >= 1, got {self.block_length}")
-        if self.objective == "sdar" and self.cutoff_len % self.block_length:
+        if get_family(self.objective).block_causal and self.cutoff_len % self.block_length:
             raise ConfigError(f"cutoff_len ({self.cutoff_len}) must be a multiple of block_length "
-                              f"({self.block_length}) for the SDAR objective")
+                              f"({self.block_length}) for the {self.objective.upper()} objective")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "logging_steps",
                      "save_steps"):
             if getattr(self, name) < 1:

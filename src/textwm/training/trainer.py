@@ -1,4 +1,5 @@
-"""The one SFT trainer: HF ``Trainer`` with a world-model objective (``ar`` or ``sdar``).
+"""The one SFT trainer: HF ``Trainer`` with a world-model objective (any registered family's: ``ar``, ``sdar``,
+``wedlm``).
 
 Built on the HF Trainer so torchrun, DeepSpeed ZeRO-2/3 and FSDP work as users expect; what it
 adds is the objective's collation and loss, a progress line with tokens/s, and the resolved
@@ -26,15 +27,8 @@ from textwm.data.jsonl import DataError, read_json, read_jsonl, write_json
 from textwm.data.schema import validate_target_row
 from textwm.diffusion.noisy_stream import length_multiple
 from textwm.diffusion.sdar import IGNORE_INDEX
-from textwm.models.checkpoint import (
-    CheckpointError,
-    ModelSpec,
-    apply_spec,
-    as_autoregressive,
-    convert_to_block_diffusion,
-    convert_to_wedlm,
-    read_spec,
-)
+from textwm.models.checkpoint import CheckpointError, ModelSpec, apply_spec, convert_to_family, read_spec
+from textwm.models.families import get_family
 from textwm.training import memory, speedups
 from textwm.training.config import ConfigError, SFTConfig, save_config
 from textwm.training.data import (
@@ -46,7 +40,7 @@ from textwm.training.data import (
     noisy_copy_tokens,
 )
 from textwm.training.linear_ce import output_projection
-from textwm.training.objectives import ARObjective, Objective, SDARObjective, WeDLMObjective, real_tokens
+from textwm.training.objectives import Objective, real_tokens
 
 log = logging.getLogger(__name__)
 
@@ -73,24 +67,17 @@ def _check_diffusion_fields(spec: ModelSpec, config: SFTConfig) -> None:
 
 
 def build_objective(config: SFTConfig, model: Any, attn_implementation: str, pad_token_id: int) -> Objective:
-    """The config's objective for ``model`` (already of the objective's family: its mask id is read)."""
-    common = dict(attn_implementation=attn_implementation, pad_token_id=pad_token_id, loss_impl=config.loss_impl)
-    if config.objective == "sdar":
-        return SDARObjective(mask_token_id=int(model.config.mask_token_id), block_size=config.block_length,
-                             mask_eps=config.mask_eps, **common)
-    if config.objective == "wedlm":
-        return WeDLMObjective(mask_token_id=int(model.config.mask_token_id), noise_block=config.block_length,
-                              loss_normalisation=config.wedlm_loss_normalisation,
-                              accumulation_steps=config.gradient_accumulation_steps,
-                              ar_weight=config.wedlm_ar_loss_weight, weighting=config.wedlm_loss_weighting, **common)
-    return ARObjective(**common)
+    """The config's objective (its family's objective class) for ``model`` (already of the objective's family: its
+    mask id is read)."""
+    objective = get_family(config.objective).objective_class()
+    return objective.from_config(config, model, attn_implementation=attn_implementation, pad_token_id=pad_token_id)
 
 
 def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any, Objective]:
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import textwm.models  # noqa: F401  (registers the sdar, sdar_moe and wedlm model types)
+    from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
     spec = read_spec(config.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(spec.path)
@@ -101,25 +88,12 @@ def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any
                                                  attn_implementation=attn_implementation)
     apply_spec(model, spec)  # what a hub config leaves out (block size, mask id), as load_model does
     pad_id = tokenizer.pad_token_id
-    if config.objective == "sdar":
-        if spec.family != "sdar":
-            mask_id = convert_to_block_diffusion(model, tokenizer, config.block_length)
-            log.warning("%s is a %s checkpoint: converted to block diffusion (block %d, mask id %d); "
-                        "checkpoints are saved in SDAR format", spec.path, spec.family, config.block_length, mask_id)
-        else:
-            _check_diffusion_fields(spec, config)
-    elif config.objective == "wedlm":
-        if spec.family != "wedlm":
-            mask_id = convert_to_wedlm(model, tokenizer, config.block_length)
-            log.warning("%s is a %s checkpoint: marked as WeDLM (masking block %d, mask id %d); checkpoints "
-                        "keep its architecture", spec.path, spec.family, config.block_length, mask_id)
-        else:
-            _check_diffusion_fields(spec, config)
-    else:
-        if spec.family != "ar":
-            as_autoregressive(model)
-            log.warning("%s is a %s checkpoint trained here with the AR objective; checkpoints are "
-                        "saved as a plain causal LM", spec.path, spec.family)
+    family = get_family(config.objective)
+    if spec.family != family.name:
+        mask_id = convert_to_family(model, tokenizer, family.name, config.block_length)
+        log.warning(family.conversion_line(spec.path, spec.family, config.block_length, mask_id))
+    elif family.masked:
+        _check_diffusion_fields(spec, config)
     objective = build_objective(config, model, attn_implementation, pad_id)
     if config.loss_impl == "chunked":
         try:  # a model whose logits the chunked CE cannot reproduce fails here, not at the first step
@@ -336,7 +310,7 @@ def check_memory(model: Any, config: SFTConfig, rows: TrainingRows, attn_impleme
     tokens, answer = count_tokens(rows.rows)
     ds = (config._generated_deepspeed or read_json(config.deepspeed)) if config.deepspeed else None
     noisy = None
-    if config.objective in ("sdar", "wedlm"):
+    if get_family(config.objective).objective_class().noisy_copy:
         most = max(noisy_copy_tokens(r, config.block_length) for r in rows.rows)
         noisy = -(-most // length_multiple(attn_implementation)) * length_multiple(attn_implementation)
     plan = memory.plan_for(config, row_tokens=-(-longest // tile) * tile, answer_share=answer / max(tokens, 1),

@@ -41,13 +41,14 @@ import torch
 
 from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
-from textwm.generation.engine.families import FAMILY_ROWS, RowsContext, capacity_slack
+from textwm.generation.engine.families import RowsContext, capacity_slack, rows_class
 from textwm.generation.engine.graphs import GraphedForward, kv_buckets, row_buckets
 from textwm.generation.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixStats
 from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import ModelSpec
+from textwm.models.families import get_family
 
 #: BLAS libraries the engine can run its GEMMs with (``torch.backends.cuda.preferred_blas_library``).
 BLAS_CHOICES = ("auto", "cublas", "cublaslt", "default")
@@ -107,9 +108,8 @@ class DecodeEngine:
                  max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "auto",
                  fused: bool | None = None, blas: str = "auto", prefix_cache_tokens: int | None = None,
                  prefix_block_tokens: int = BLOCK_TOKENS):
-        if spec.family not in FAMILY_ROWS:
-            raise ValueError(f"no engine for family {spec.family!r}; choose one of {', '.join(FAMILY_ROWS)}")
-        if spec.family != "ar" and spec.mask_token_id is None:
+        rows_class(spec)   # a family the registry knows (else the error names those it does)
+        if get_family(spec.family).masked and spec.mask_token_id is None:
             spec.require_diffusion(1)   # raises the explanatory error
         if max_rows < 1 or max_len < 1:
             raise ValueError(f"max_rows and max_len must be >= 1, got {max_rows} and {max_len}")
@@ -230,7 +230,7 @@ class DecodeEngine:
             gen = torch.Generator(device=self.net.device).manual_seed(settings.seed)
         ctx = RowsContext(net=self.net, forward=self.forward, spec=self.spec, pad_id=self.pad_id,
                           settings=settings, generator=gen, prefix_cache=self.prefix_cache)
-        self._rows = FAMILY_ROWS[self.spec.family](ctx)
+        self._rows = rows_class(self.spec)(ctx)
         if gen is None:
             self._idle_rows[settings.step_key()] = self._rows
 

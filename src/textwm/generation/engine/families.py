@@ -1,18 +1,26 @@
-"""Which row state decodes each model family, and the cache columns each needs past ``max_len``."""
+"""Which row state decodes each model family (its family's ``engine_rows``), and the cache columns it needs past
+``max_len``."""
 
 from __future__ import annotations
 
-from textwm.generation.engine.ar_rows import ARRows
-from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW, RowsContext
-from textwm.generation.engine.sdar_rows import SDARRows
-from textwm.generation.engine.wedlm_rows import WeDLMRows
+from textwm.generation.engine.rows import Rows, RowsContext
 from textwm.models.checkpoint import ModelSpec
+from textwm.models.families import family_names, get_family
 
-__all__ = ["FAMILY_ROWS", "RowsContext", "capacity_slack"]
+__all__ = ["RowsContext", "capacity_slack", "rows_class"]
 
-FAMILY_ROWS = {"ar": ARRows, "sdar": SDARRows, "wedlm": WeDLMRows}
+
+def rows_class(spec: ModelSpec) -> type[Rows]:
+    """The row-state class of ``spec.family``.
+
+    Raises:
+        ValueError: no family of that name is registered.
+    """
+    if spec.family not in family_names():
+        raise ValueError(f"no engine for family {spec.family!r}; choose one of {', '.join(family_names())}")
+    return get_family(spec.family).rows_class()
+
 
 def capacity_slack(spec: ModelSpec) -> int:
-    """Columns past ``max_len`` a row may write: SDAR rounds its end up to a block and writes a padding block
-    past it in a fused forward; WeDLM's forward writes up to 2 windows past the committed prefix."""
-    return 0 if spec.family == "ar" else 3 * MAX_BLOCK_OR_WINDOW
+    """Columns past ``max_len`` a row of ``spec.family`` may write (:attr:`Rows.capacity_slack`)."""
+    return rows_class(spec).capacity_slack

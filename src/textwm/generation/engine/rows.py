@@ -84,12 +84,16 @@ class Rows:
 
     #: Whether the family applies a repetition penalty (WeDLM's upstream has none).
     applies_penalty = True
+    #: The :class:`DecodeSettings` field sizing what one forward decodes (SDAR's ``block_length``, WeDLM's
+    #: ``window_size``), at most :data:`MAX_BLOCK_OR_WINDOW`; None: nothing to bound (AR).
+    span_setting: str | None = None
+    #: Cache columns past ``max_len`` a row may write.
+    capacity_slack = 0
 
     def __init__(self, ctx: RowsContext):
-        s = ctx.settings
-        own = {"sdar": ("block_length", s.block_length), "wedlm": ("window_size", s.window_size)}.get(ctx.spec.family)
-        if own is not None and own[1] > MAX_BLOCK_OR_WINDOW:
-            raise ValueError(f"the engine decodes {own[0]} up to {MAX_BLOCK_OR_WINDOW}, got {own[1]}")
+        span = getattr(ctx.settings, self.span_setting) if self.span_setting else None
+        if span is not None and span > MAX_BLOCK_OR_WINDOW:
+            raise ValueError(f"the engine decodes {self.span_setting} up to {MAX_BLOCK_OR_WINDOW}, got {span}")
         self.ctx, self.settings = ctx, ctx.settings
         self.device = ctx.net.device
         self.max_rows = ctx.net.rows

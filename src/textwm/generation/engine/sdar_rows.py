@@ -33,7 +33,7 @@ import torch
 from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.anchor_table import NO_ANCHOR, AnchorTable, collect_canvas
-from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
+from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW, Rows, RowsContext, Update, to_host
 from textwm.generation.remasking import select_transfer, transfer_schedule
 from textwm.generation.sampling import apply_repetition_penalty, entropy, sample_rows
 from textwm.generation.sdar_lmdeploy import (
@@ -50,6 +50,10 @@ from textwm.generation.settings import DecodeSettings
 class SDARRows(Rows):
     """Row state: the block being decoded ``[rows, blk]``, its masked slots, its start column, the previous
     (finished, not yet committed) block, and the per-rule stopping state."""
+
+    span_setting = "block_length"
+    #: The end is rounded up to a block, and a fused forward writes a padding block past it.
+    capacity_slack = 3 * MAX_BLOCK_OR_WINDOW
 
     def __init__(self, ctx: RowsContext):
         super().__init__(ctx)

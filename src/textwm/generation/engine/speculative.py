@@ -31,6 +31,7 @@ from textwm.generation.engine.graphs import GraphedForward, kv_buckets
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.speculative import SpeculativeRounds
+from textwm.models.families import get_family
 
 #: The drafter's prefix-cache block at least (tokens): the most of its context a round prefills again.
 DRAFT_CACHE_BLOCK = 16
@@ -77,7 +78,7 @@ class EngineSpeculativeDecoder(SpeculativeRounds):
         if too_long:
             raise ValueError(f"prompt {too_long[0]} ({len(prompts[too_long[0]])} tokens) + its answer "
                              f"({limits[too_long[0]]}) exceeds max_len {self.max_len}")
-        if self.drafter.spec.family == "sdar" and self.cache_block % settings.block_length:
+        if get_family(self.drafter.spec.family).block_causal and self.cache_block % settings.block_length:
             raise ValueError(f"block_length {settings.block_length} does not divide the drafter's prefix-cache block "
                              f"{self.cache_block}, which would then keep nothing: build the decoder with "
                              f"block_length={settings.block_length}")

@@ -37,7 +37,7 @@ from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.anchor_table import NO_ANCHOR, AnchorTable
 from textwm.generation.engine.graphs import kv_bucket
-from textwm.generation.engine.rows import Rows, RowsContext, Update, to_host
+from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW, Rows, RowsContext, Update, to_host
 from textwm.generation.sampling import logits_entropy, sample_filter_first, sample_filter_first_rows
 from textwm.generation.settings import DecodeSettings
 from textwm.generation.wedlm import anchored_slots, commit_anchored, commit_run, leading_run
@@ -54,6 +54,9 @@ class WeDLMRows(Rows):
     so the next forward's width and ``kv_len`` need no device read."""
 
     applies_penalty = False
+    span_setting = "window_size"
+    #: A forward writes up to 2 windows past the committed prefix.
+    capacity_slack = 3 * MAX_BLOCK_OR_WINDOW
 
     def __init__(self, ctx: RowsContext):
         super().__init__(ctx)
