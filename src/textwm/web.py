@@ -22,6 +22,7 @@ is started with ``--allow-unauthenticated``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -188,8 +189,6 @@ async def finished_before_client_left(request: Any, work: Any) -> bool:
     """Wait for ``work`` (a future) or the client's disconnect, whichever comes first (the request's body is read
     already: its next message is the disconnect). True when ``work`` finished; else it is cancelled (an upstream
     call's connection closed, a coroutine stopped) and nobody is left to read an answer."""
-    import asyncio
-
     async def client_gone() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass

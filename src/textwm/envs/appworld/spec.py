@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from textwm.envs.appworld import agent, responder, reward
@@ -135,8 +136,6 @@ class AppWorldSpec(EnvSpec):
     def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any,
                      config: AppWorldSessionConfig | None = None) -> AppWorldSessionConfig:
         """The rows file is what the real env seeds its worlds from."""
-        from dataclasses import replace
-
         config = config or AppWorldSessionConfig()
         rows = [*config.rows, rows_path] if rows_path not in config.rows else list(config.rows)
         return replace(config, rows=rows)

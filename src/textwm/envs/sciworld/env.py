@@ -10,6 +10,7 @@ long ones).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -78,9 +79,7 @@ def task_catalog() -> dict[str, dict[str, list[int]]]:
     Read from the bundled ``catalog.json`` when it was written for the installed ScienceWorld
     version (asking the env costs a JVM and ~5 s), else from a live env.
     """
-    from importlib.metadata import version
-
-    installed = version("scienceworld")
+    installed = importlib.metadata.version("scienceworld")
     if CATALOG_FILE.exists():
         bundled = json.loads(CATALOG_FILE.read_text())
         if bundled.get("scienceworld_version") == installed:
