@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import uvicorn
+
 from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import (
@@ -138,8 +140,6 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     config = parsed[0]
     _logging()
 
-    import uvicorn
-
     from textwm.models.checkpoint import CheckpointError, load_model
     from textwm.serving.app import create_app
     from textwm.serving.engine import Engine
@@ -180,8 +180,6 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
         return 2
     config = parsed[0]
     _logging()
-
-    import uvicorn
 
     log.info("WM proxy on %s:%d -> %s", config.host, config.port, config.proxy.upstream)
     uvicorn.run(create_proxy_app(config.proxy, config.security, host=config.host), host=config.host,

@@ -40,7 +40,7 @@ from typing import Any
 from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
-from textwm.envs.sciworld import agent, responder, reward
+from textwm.envs.sciworld import agent, probes, responder, reward
 from textwm.envs.sciworld.build import SciWorldBuilder
 from textwm.envs.sciworld.env import (
     DEFAULT_SIMPLIFICATION,
@@ -175,8 +175,6 @@ class SciWorldSpec(EnvSpec):
     def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any, *,
                           workers: int = 1) -> dict[str, Any] | None:
         """The lifespan probes (:mod:`~textwm.envs.sciworld.probes`) on the lifespan rows; None when there are none."""
-        from textwm.envs.sciworld import probes
-
         lifespan = [r for r in rows if str(r.get("task_id", "")).startswith(probes.TASK_PREFIX)]
         return probes.run_probes(lifespan, wm, Path(out), workers=workers) if lifespan else None
 
