@@ -94,7 +94,7 @@ class ServerConfig:
 
     def engine_config(self) -> EngineConfig:
         """The serving engine's config (its decoding defaults: ``decode`` with the lmdeploy spellings applied)."""
-        from textwm.serving.engine import EngineConfig
+        from textwm.serving.engine import EngineConfig  # heavy: serving.engine loads torch and transformers
 
         return EngineConfig(
             served_model_name=self.served_model_name or Path(self.model_path.rstrip("/")).name,
@@ -140,6 +140,7 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     config = parsed[0]
     _logging()
 
+    # heavy: these load torch and transformers, which the proxy and stack commands of this module don't need
     from textwm.models.checkpoint import CheckpointError, load_model
     from textwm.serving.app import create_app
     from textwm.serving.engine import Engine

@@ -171,6 +171,7 @@ def check_vllm_checkpoint(model_path: str) -> None:
     """
     if not Path(model_path).is_dir():
         return
+    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
     from textwm.models.checkpoint import read_spec
     from textwm.models.hub import SDAR_MODEL_TYPES
 
@@ -203,6 +204,7 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
                     "(lmdeploy needs mask id %d); lmdeploy gets --dllm-block-length %d",
                     spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
         return d.block_length
+    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
     from textwm.models.checkpoint import read_spec
     from textwm.models.hub import SDAR_MODEL_TYPES
 

@@ -124,7 +124,7 @@ def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
     """
     os.environ.setdefault("JAVA_TOOL_OPTIONS", JAVA_OPTIONS)
     sw = _scienceworld()
-    from py4j import java_gateway as jg
+    from py4j import java_gateway as jg  # optional extra (envs): py4j comes with scienceworld
 
     module = sys.modules[sw.ScienceWorldEnv.__module__]
     token: dict[str, str] = {}
@@ -165,14 +165,14 @@ class SciWorldSessionConfig:
 
 
 def _py4j_error() -> type[BaseException]:
-    from py4j.protocol import Py4JError
+    from py4j.protocol import Py4JError  # optional extra (envs): py4j comes with scienceworld
 
     return Py4JError
 
 
 def _java_error() -> type[BaseException]:
     """An exception thrown inside the JVM (the JVM is alive): the input's fault, not a lost env."""
-    from py4j.protocol import Py4JJavaError
+    from py4j.protocol import Py4JJavaError  # optional extra (envs): py4j comes with scienceworld
 
     return Py4JJavaError
 
