@@ -34,7 +34,9 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -570,8 +572,5 @@ def _terminate(signum: int, frame: Any) -> None:
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into ``SystemExit`` (in the main thread), so that an interrupted atomic write removes its
     temporary file as it does on Ctrl-C (:func:`textwm.data.jsonl.atomic_write`)."""
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)

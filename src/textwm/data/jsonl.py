@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -257,8 +258,6 @@ def write_file_set(folder: str | os.PathLike, writers: dict[str, Callable[[Path]
     then every file of the earlier set (the ``replaces`` glob patterns: a split this run did not build included)
     removed and the new files moved in. An interrupted run leaves the earlier set whole beside a ``.partial``
     folder, which the next run clears; never new files beside old ones."""
-    import shutil
-
     folder = Path(folder)
     partial = folder / PARTIAL_DIR
     shutil.rmtree(partial, ignore_errors=True)

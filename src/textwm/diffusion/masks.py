@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,6 @@ def dense_mask(mask_mod: MaskMod, batch: int, q_len: int, kv_len: int, device) -
 
 def flex_block_mask(mask_mod: MaskMod, batch: int, q_len: int, kv_len: int, device):
     """A flex-attention ``BlockMask`` for the rule (built on ``device``; sparse in 128x128 tiles)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     return create_block_mask(mask_mod, B=batch, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=device)
 
 

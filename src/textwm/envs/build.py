@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import statistics
+import sys
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -242,8 +243,6 @@ def card_markdown(card: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | None = None) -> int:
     """``python -m textwm.envs.build --env NAME --out-dir DIR ...`` (or an env's wrapper with ``env`` fixed)."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or "python -m textwm.envs.build"
     spec = spec_from_cli(argv, env, prog, "--out-dir DIR [flags]")

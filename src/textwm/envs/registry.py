@@ -8,6 +8,7 @@ add their own with :func:`register`.
 from __future__ import annotations
 
 import importlib
+import sys
 
 from textwm.envs.contract import EnvSpec
 
@@ -63,8 +64,6 @@ def pop_env_flag(argv: list[str]) -> str | None:
 def spec_from_cli(argv: list[str], env: str | None, prog: str, usage: str) -> EnvSpec | None:
     """The env of a generic command line: ``env`` (a wrapper's), else ``--env NAME`` taken out of ``argv``.
     None after printing the usage or the error (the caller exits with 2)."""
-    import sys
-
     env = env or pop_env_flag(argv)
     if env is None:
         asked = "-h" in argv or "--help" in argv

@@ -41,6 +41,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -481,8 +482,6 @@ def main(argv: list[str] | None = None, *, env: str | None = None, prog: str | N
     level = getattr(logging, config.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool_config = dataclasses.replace(config.pool, log_level=level)
-
-    import uvicorn
 
     log.info("%s env server on %s:%d: %s", spec.name, config.host, config.port, pool_config)
     app = create_env_app(spec, pool_config, getattr(config, "session", None), config.security, host=config.host)

@@ -27,6 +27,7 @@ Tiny CPU run: ``--rows`` of one ``lifespan-longest-lived_v2`` row (about 10 s, o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -126,8 +127,6 @@ class SimTaskCache:
     def path_of(self, task_id: str, options: Mapping[str, Any]) -> Path:
         stem = f"{_UNSAFE.sub('_', task_id)}__{options_key(options)}"
         if len(stem) > _MAX_STEM:
-            import hashlib
-
             stem = f"{_UNSAFE.sub('_', task_id)[:100]}__{hashlib.sha1(stem.encode()).hexdigest()}"
         return self.env_dir / f"{stem}.json"
 

@@ -31,7 +31,7 @@ from textwm.data.wm_message import wm_user_message
 
 
 def _sciworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
-    from textwm.envs.sciworld import paper_prompt
+    from textwm.envs.sciworld import paper_prompt  # lazy by design: an env subpackage loads only for its env
 
     conversation, action = _messages(step["conversation_history"], "conversation_history"), step["action_text"]
     system = paper_prompt.system_prompt(str(step["system_prompt"]), conversation, str(action),
@@ -42,7 +42,7 @@ def _sciworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _alfworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
-    from textwm.envs.alfworld import paper_prompt
+    from textwm.envs.alfworld import paper_prompt  # lazy by design: an env subpackage loads only for its env
 
     messages, action = _messages(step["messages"], "messages"), str(step["action_text"])
     return [{"role": "system", "content": paper_prompt.system_prompt(str(step["wm_system_prompt"]), messages, action)},
@@ -50,7 +50,7 @@ def _alfworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _appworld_paper(step: Mapping[str, Any]) -> list[dict[str, str]]:
-    from textwm.envs.appworld import paper_prompt
+    from textwm.envs.appworld import paper_prompt  # lazy by design: an env subpackage loads only for its env
 
     state, tool, args = _messages(step["state"], "state"), str(step["tool_name"]), step["tool_args"]
     if not isinstance(args, dict):

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from textwm.cli_checks import check_output_dir, json_object
 from textwm.clients.wm import WMClient
 from textwm.config import ConfigCLI, ConfigError, config_dict, option
@@ -40,6 +42,8 @@ from textwm.envs.protocol import EnvError
 from textwm.envs.registry import env_names, get_env
 from textwm.envs.sim_cache import SimTaskCache
 from textwm.envs.simulator import Simulator, anchors_enabled, guard_enabled
+from textwm.eval import closed_loop as cl
+from textwm.eval import fidelity as fid
 from textwm.eval.agents import AgentError, ExpertAgent, LocalAgent, OpenAIAgent
 from textwm.eval.closed_loop import EvalInputError
 from textwm.eval.episodes import EpisodeRecord, summary_markdown
@@ -192,8 +196,6 @@ def make_agent(config: EvalConfig) -> Any:
 
 def check_wm_endpoint(endpoint: str, timeout_s: float = 10.0) -> None:
     """Fail fast when the WM proxy is down or says its upstream is (``GET /health``)."""
-    import httpx
-
     url = httpx.URL(endpoint).join("/health")
     try:
         resp = httpx.get(url, timeout=timeout_s)  # /health needs no API key
@@ -212,9 +214,6 @@ def _write_episodes(path: Path, records: list[Any]) -> None:
 
 def run(config: EvalConfig) -> dict[str, Any]:
     """Run the evaluation of ``config``; writes the output files and returns everything they hold."""
-    from textwm.eval import closed_loop as cl
-    from textwm.eval import fidelity as fid
-
     spec = get_env(config.env)
     out = check_output_dir(config.output_dir, "--output-dir")
     out.mkdir(parents=True, exist_ok=True)
@@ -288,8 +287,6 @@ def run(config: EvalConfig) -> dict[str, Any]:
 
 def _replay_file(spec: Any, config: EvalConfig, out: Path, results: dict[str, Any]) -> dict[str, Any]:
     """The ``w2r`` mode: an agent-wm run's episodes replayed in the real env, and the per-step agreement."""
-    from textwm.eval import closed_loop as cl
-
     records = [EpisodeRecord.from_dict(r) for r in read_jsonl(config.wm_episodes).rows]
     starts = {s.task_id: s for s in cl.load_rows(spec, config.rows, need_sim=False, tasks=config.tasks)}
     missing = sorted({r.task_id for r in records} - set(starts))
@@ -314,8 +311,6 @@ def _replay_file(spec: Any, config: EvalConfig, out: Path, results: dict[str, An
 
 
 def _single_step_wm(config: EvalConfig) -> Any:
-    from textwm.eval import fidelity as fid
-
     if config.wm_url:
         return ApiGenerationConfig(config.wm_url, model=config.wm_model or None, max_tokens=config.wm_max_tokens,
                                    temperature=config.wm_temperature, timeout_s=config.wm_timeout,

@@ -20,6 +20,7 @@ from textwm.cli_checks import check_output_dir
 from textwm.config import ConfigCLI, ConfigError, field_default, option
 from textwm.data.jsonl import DataError
 from textwm.data.markers import SKIPPED_OVERLONG
+from textwm.metrics import report
 from textwm.metrics.bootstrap import MAUVE_RESAMPLES
 from textwm.metrics.diversity import SELF_BLEU_MAX_SAMPLES
 from textwm.metrics.mauve import DEFAULT_FEATURIZER, MAUVE_MAX_SAMPLES
@@ -151,8 +152,6 @@ def main(argv: list[str] | None = None, *, predictions: PredictionSource | None 
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from textwm.metrics import report  # matplotlib and the metric libraries: loaded to score, not for --help
-
     try:
         check_output_dir(c.output_dir, "--output-dir")
         if c.compare:
@@ -171,8 +170,6 @@ def main(argv: list[str] | None = None, *, predictions: PredictionSource | None 
 
 
 def _score(c: ScoreConfig) -> int:
-    from textwm.metrics import report
-
     files = {name: Path(c.input_dir) / c.file_pattern.format(name=name) for name in c.datasets}
     missing = [str(path) for path in files.values() if not path.is_file()]
     if missing:

@@ -32,11 +32,11 @@ def steps_chart(runs: Sequence[GRPOCurves], path: Path) -> Path | None:
     if not runs:
         return None
     try:
-        import matplotlib
+        import matplotlib  # optional (metrics extra) and heavy (~0.2 s): only drawing needs it
     except ImportError:
         return None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): the backend is set before pyplot loads
 
     fig, axes = plt.subplots(1, len(STEP_CURVES) + 1, figsize=(4 * (len(STEP_CURVES) + 1), 3.4))
     for i, run in enumerate(runs):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import uvicorn
+
 from textwm.config import ConfigCLI, config_dict, option
 from textwm.generation.settings import DecodeSettings
 from textwm.serving.launch import (
@@ -92,7 +94,7 @@ class ServerConfig:
 
     def engine_config(self) -> EngineConfig:
         """The serving engine's config (its decoding defaults: ``decode`` with the lmdeploy spellings applied)."""
-        from textwm.serving.engine import EngineConfig
+        from textwm.serving.engine import EngineConfig  # heavy: serving.engine loads torch and transformers
 
         return EngineConfig(
             served_model_name=self.served_model_name or Path(self.model_path.rstrip("/")).name,
@@ -138,8 +140,7 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     config = parsed[0]
     _logging()
 
-    import uvicorn
-
+    # heavy: these load torch and transformers, which the proxy and stack commands of this module don't need
     from textwm.models.checkpoint import CheckpointError, load_model
     from textwm.serving.app import create_app
     from textwm.serving.engine import Engine
@@ -180,8 +181,6 @@ def proxy_main(argv: list[str] | None = None, prog: str = "python -m textwm.serv
         return 2
     config = parsed[0]
     _logging()
-
-    import uvicorn
 
     log.info("WM proxy on %s:%d -> %s", config.host, config.port, config.proxy.upstream)
     uvicorn.run(create_proxy_app(config.proxy, config.security, host=config.host), host=config.host,

@@ -174,6 +174,7 @@ def check_vllm_checkpoint(model_path: str) -> None:
     """
     if not Path(model_path).is_dir():
         return
+    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
     from textwm.models.checkpoint import read_spec
     from textwm.models.families import get_family
 
@@ -206,6 +207,7 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
                     "(lmdeploy needs mask id %d); lmdeploy gets --dllm-block-length %d",
                     spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
         return d.block_length
+    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
     from textwm.models.checkpoint import read_spec
     from textwm.models.families import get_family
 

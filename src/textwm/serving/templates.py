@@ -51,6 +51,7 @@ def check_template_kwargs(kwargs: dict[str, Any], *, allow_template: bool) -> di
 
 
 def _render(template: str, messages: list[dict[str, str]], variables: dict[str, Any], max_chars: int) -> str:
+    # not a textwm dependency (torch brings it); only the sandbox's worker process renders
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:

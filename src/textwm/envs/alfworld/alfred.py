@@ -6,6 +6,7 @@ without ``alfworld`` / ``textworld``; a missing package is an error that names t
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
@@ -74,8 +75,6 @@ def memoize_grammar_parser() -> None:
     a pure function of the string; it is kept and a deep copy handed out (the caller mutates the
     symbols' contexts). Steps get ~1.4x faster; observations and admissible commands are unchanged
     (``tests/envs/alfworld/test_env.py`` compares a game played with and without it)."""
-    import copy
-
     textgen = _import("textworld.envs.pddl.textgen")
     parse = textgen._parse_and_convert
 

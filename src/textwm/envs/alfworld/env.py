@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from textwm.config import option
+from textwm.envs.alfworld import alfred
 from textwm.envs.alfworld.games import GAME_FILE
 from textwm.envs.protocol import BadRequest, EnvError, EnvFailed, ResetResult, StepResult
 
@@ -70,8 +71,6 @@ class AlfWorldEnv:
     """One ALFWorld game at a time (an :class:`~textwm.envs.protocol.EnvSession`)."""
 
     def __init__(self, config: AlfWorldSessionConfig | None = None):
-        from textwm.envs.alfworld import alfred
-
         self.config = config or AlfWorldSessionConfig()
         self.roots = games_roots(self.config.games_dir)
         self._env = alfred.make_env(expert=self.config.expert)

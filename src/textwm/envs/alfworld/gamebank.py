@@ -13,7 +13,12 @@ Layout (ALFWorld's own): ``<root>/<split>/<task_type>-<Target>-<Mrecep>-<Destina
 from __future__ import annotations
 
 import logging
+import os
 import random
+import shutil
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -111,8 +116,6 @@ def generate_games(out_dir: str | Path, num_games: int, *, seed: int = 0, eval_f
                    task_types: Sequence[str] | None = None) -> GenerateReport:
     """``num_games`` games: ``eval_fraction`` of them each in eval_in_distribution and eval_out_of_distribution,
     the rest in train; task types in turn. ``per_type`` (split -> games per task type) replaces both counts."""
-    import time
-
     started = time.perf_counter()
     plans = split_floor_plans(seed)
     types = tuple(task_types or TASK_TYPES)
@@ -206,11 +209,6 @@ class BuildGamesConfig:
 def download(out_dir: str | Path, timeout_s: float = 3600.0) -> Path:
     """ALFWorld's own games via ``alfworld-download`` (3,553 train / 140 valid_seen / 134 valid_unseen); a
     ConfigError that says what to do when it fails (offline: build the games here instead)."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
     beside = Path(sys.executable).parent / "alfworld-download"  # the venv's, also when it is not on PATH
     exe = str(beside) if beside.is_file() else shutil.which("alfworld-download")
     if exe is None:
@@ -243,8 +241,6 @@ def rebuild_from_rows(rows_path: str, out_dir: str | Path) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None, prog: str = "alfworld/build_games.py") -> int:
-    import sys
-
     parsed = ConfigCLI(BuildGamesConfig, prog=prog, description=BuildGamesConfig.__doc__,
                        key_values=False).parse_or_report(list(sys.argv[1:] if argv is None else argv))
     if parsed is None:

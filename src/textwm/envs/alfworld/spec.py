@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from textwm.data.jsonl import DataError, read_jsonl
@@ -133,8 +134,6 @@ class AlfWorldSpec(EnvSpec):
                      config: AlfWorldSessionConfig | None = None) -> AlfWorldSessionConfig:
         """Every row's game: its own ``game_file`` or the downloaded one where it exists, else rebuilt from the row
         under ``work_dir`` (see :func:`~textwm.envs.alfworld.gamebank.games_for_rows`)."""
-        from dataclasses import replace
-
         rows = read_jsonl(rows_path).rows
         by_id = {self.task_id_of(r): r for r in rows}
         found = games_for_rows([by_id[s.task_id] for s in starts], starts, work_dir)

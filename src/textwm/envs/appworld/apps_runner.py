@@ -48,6 +48,8 @@ import traceback
 import warnings
 from datetime import datetime
 
+# appworld (and its sqlmodel) is imported in the functions that use it: it is installed only in AppWorld's own
+# interpreter (apps_python), and this file stays importable without it, in textwm's own venv.
 PROTOCOL_OUT = sys.stdout
 sys.stdout = sys.stderr  # whatever appworld prints must not corrupt the protocol stream
 warnings.filterwarnings("ignore")
@@ -63,6 +65,7 @@ def log(message):
 
 
 def models_of(app_name):
+    # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
     from appworld.common.utils import import_models_module
 
     return import_models_module(app_name)
@@ -82,6 +85,7 @@ def parse_datetimes(model, row):
 
 def insert(model, row):
     """Insert one row as ``SQLModel.save`` creates one, keeping a given id; raises what AppWorld raises."""
+    # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
     from sqlmodel import Session
 
     record = model.create(**parse_datetimes(model, row))  # the model's validator (types, constraints)
@@ -119,6 +123,7 @@ class Apps:
 
     def public_docs(self, app_name):
         if app_name not in self._public_docs:
+            # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
             from appworld.api_docs import prepare_api_docs
 
             docs = prepare_api_docs(app_name, include_private_apis=False)
@@ -126,6 +131,7 @@ class Apps:
         return self._public_docs[app_name]
 
     def close(self):
+        # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
         from appworld.apps.api_lib import clear_local_dbs_cache
 
         if self.official is not None:
@@ -140,6 +146,7 @@ class Apps:
     # --- reset -------------------------------------------------------------------------------------
 
     def reset(self, world):
+        # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
         from appworld.apps import get_all_apps
         from appworld.requester import Requester
 
@@ -165,6 +172,7 @@ class Apps:
     def forget_logouts(self):
         """Logout blacklists are module-level; a new world re-issues byte-identical JWTs (frozen time,
         same random seed), so the tokens logged out in earlier worlds must be forgotten."""
+        # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
         from appworld.common.utils import import_apis_module
 
         for app_name in self.apps:
@@ -236,6 +244,7 @@ class Apps:
         return counts
 
     def reset_official(self, task_id):
+        # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
         from appworld.environment import AppWorld
 
         self.close()
@@ -273,6 +282,7 @@ class Apps:
             log(f"{name} raised {type(exception).__name__}")
             return {"error": error_text(exception)}
         if response.status_code != 200:  # AppWorld's own failure text (Requester.raise_if_failure)
+            # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
             from appworld.requester import METHOD_NOT_ALLOWED_MESSAGE
 
             text = METHOD_NOT_ALLOWED_MESSAGE if "Method Not Allowed" in response.text else response.text
@@ -302,6 +312,7 @@ class Apps:
 
 def api_specs():
     """Every public API of every app, from the apps' own FastAPI routes (``prepare_api_docs``)."""
+    # AppWorld's interpreter only (see the note above PROTOCOL_OUT)
     from appworld.api_docs import prepare_api_docs
     from appworld.apps import get_all_apps
 

@@ -20,6 +20,7 @@ Splits: a paper scenario (``692c77d`` of ``692c77d_2``) or a generated world lie
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import zlib
@@ -197,8 +198,6 @@ class AppWorldBuilder:
     def demo_config(self, out_dir: Path, demo: Any) -> AppWorldBuildConfig:
         """The demo's build: generated worlds played in the real apps (AppWorld's interpreter is made first if
         there is none: ~45 s), ``train_variations`` per question kind for train and ``test_variations`` for test."""
-        import logging
-
         try:
             find_appworld_python()
         except FileNotFoundError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -138,8 +139,6 @@ class FixToolsConfig:
 
 
 def main(argv: list[str] | None = None, prog: str = "appworld/fix_tool_names_and_schemas.py") -> int:
-    import sys
-
     parsed = ConfigCLI(FixToolsConfig, prog=prog, description=FixToolsConfig.__doc__,
                        key_values=False).parse_or_report(list(sys.argv[1:] if argv is None else argv))
     if parsed is None:

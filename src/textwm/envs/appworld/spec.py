@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from textwm.envs.appworld import agent, responder, reward
+from textwm.envs.appworld import agent, expert, responder, reward
 from textwm.envs.appworld.build import AppWorldBuilder
 from textwm.envs.appworld.real import AppWorldEnv, AppWorldSessionConfig
 from textwm.envs.appworld.sim import AppWorldEpisode
@@ -84,8 +85,6 @@ class AppWorldSpec(EnvSpec):
 
     def expert_reply_to(self, conversation: Sequence[Mapping[str, str]]) -> str | None:
         """The scripted expert's next call from the conversation alone (generated question tasks; None for others)."""
-        from textwm.envs.appworld import expert
-
         messages = [m for m in conversation if m["role"] != "system"]
         if not messages or messages[0]["role"] != "user":
             return None
@@ -135,8 +134,6 @@ class AppWorldSpec(EnvSpec):
     def prepare_real(self, rows_path: str, starts: list[TaskStart], work_dir: Any,
                      config: AppWorldSessionConfig | None = None) -> AppWorldSessionConfig:
         """The rows file is what the real env seeds its worlds from."""
-        from dataclasses import replace
-
         config = config or AppWorldSessionConfig()
         rows = [*config.rows, rows_path] if rows_path not in config.rows else list(config.rows)
         return replace(config, rows=rows)

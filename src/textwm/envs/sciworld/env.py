@@ -10,6 +10,7 @@ long ones).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -78,9 +79,7 @@ def task_catalog() -> dict[str, dict[str, list[int]]]:
     Read from the bundled ``catalog.json`` when it was written for the installed ScienceWorld
     version (asking the env costs a JVM and ~5 s), else from a live env.
     """
-    from importlib.metadata import version
-
-    installed = version("scienceworld")
+    installed = importlib.metadata.version("scienceworld")
     if CATALOG_FILE.exists():
         bundled = json.loads(CATALOG_FILE.read_text())
         if bundled.get("scienceworld_version") == installed:
@@ -125,7 +124,7 @@ def new_env(step_limit: int = DEFAULT_STEP_LIMIT) -> Any:
     """
     os.environ.setdefault("JAVA_TOOL_OPTIONS", JAVA_OPTIONS)
     sw = _scienceworld()
-    from py4j import java_gateway as jg
+    from py4j import java_gateway as jg  # optional extra (envs): py4j comes with scienceworld
 
     module = sys.modules[sw.ScienceWorldEnv.__module__]
     token: dict[str, str] = {}
@@ -166,14 +165,14 @@ class SciWorldSessionConfig:
 
 
 def _py4j_error() -> type[BaseException]:
-    from py4j.protocol import Py4JError
+    from py4j.protocol import Py4JError  # optional extra (envs): py4j comes with scienceworld
 
     return Py4JError
 
 
 def _java_error() -> type[BaseException]:
     """An exception thrown inside the JVM (the JVM is alive): the input's fault, not a lost env."""
-    from py4j.protocol import Py4JJavaError
+    from py4j.protocol import Py4JJavaError  # optional extra (envs): py4j comes with scienceworld
 
     return Py4JJavaError
 

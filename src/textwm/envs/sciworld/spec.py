@@ -34,12 +34,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from textwm.data.jsonl import DataError
 from textwm.envs.contract import EnvSpec, Outcome, TaskStart
 from textwm.envs.protocol import EnvSession, ResetResult
-from textwm.envs.sciworld import agent, responder, reward
+from textwm.envs.sciworld import agent, probes, responder, reward
 from textwm.envs.sciworld.build import SciWorldBuilder
 from textwm.envs.sciworld.env import (
     DEFAULT_SIMPLIFICATION,
@@ -146,11 +147,9 @@ class SciWorldSpec(EnvSpec):
         return {"simplification": simplification if isinstance(simplification, str) else DEFAULT_SIMPLIFICATION}
 
     def build_sim_task(self, session: EnvSession, task_id: str, reset_options: Mapping[str, Any]) -> dict[str, Any]:
-        from dataclasses import asdict
-
         ref = parse_task_id(task_id)  # a _gen<k> copy plays its base task
         task = bake_sim_task(session, ref.task_id, simplification=reset_options.get("simplification"))
-        return {**asdict(task), "task_id": task_id}
+        return {**dataclasses.asdict(task), "task_id": task_id}
 
     def sim_task_version(self) -> str:
         return sim_task_version()
@@ -176,10 +175,6 @@ class SciWorldSpec(EnvSpec):
     def probe_world_model(self, rows: Sequence[Mapping[str, Any]], wm: Any, out: Any, *,
                           workers: int = 1) -> dict[str, Any] | None:
         """The lifespan probes (:mod:`~textwm.envs.sciworld.probes`) on the lifespan rows; None when there are none."""
-        from pathlib import Path
-
-        from textwm.envs.sciworld import probes
-
         lifespan = [r for r in rows if str(r.get("task_id", "")).startswith(probes.TASK_PREFIX)]
         return probes.run_probes(lifespan, wm, Path(out), workers=workers) if lifespan else None
 
