@@ -23,11 +23,10 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from textwm.config import config_dict, option
+from textwm.config import config_dict
 from textwm.data.jsonl import DataError, read_jsonl, write_jsonl
 from textwm.demo_report import render
 from textwm.envs.build import build
@@ -35,8 +34,9 @@ from textwm.envs.registry import get_env
 from textwm.envs.task_types import write_agent_files
 from textwm.eval.paired import compare, load_episodes
 from textwm.eval.run import EvalConfig, run
+from textwm.experiments.common import BLOCKS
+from textwm.experiments.demo_config import DemoConfig
 from textwm.experiments.report_writer import write_markdown
-from textwm.experiments.run_config import RunConfig, defaults
 from textwm.experiments.stages import Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig
 from textwm.generation.runner import run as generate
@@ -49,76 +49,6 @@ from textwm.training.agent_sft import AgentSFT, sft_agent_path, train_agent_on_d
 from textwm.training.config import SFTConfig
 
 log = logging.getLogger(__name__)
-
-#: Block of each diffusion family in the demo: SDAR's block length, WeDLM's masking block.
-DEMO_BLOCKS = {"ar": 4, "sdar": 4, "wedlm": 32}
-#: The demo's WM prompt layouts (:attr:`DemoConfig.prompt_style`).
-DEMO_PROMPT_STYLES = ("compact", "full", "paper")
-
-
-@dataclass(frozen=True)
-@defaults(out="runs/demo")
-class DemoConfig(RunConfig):
-    """The demo's settings: :class:`~textwm.experiments.run_config.RunConfig`'s (its defaults are the demo's) and the
-    demo's data build and world-model training."""
-
-    RUN_ONLY_SETTINGS: ClassVar[tuple[str, ...]] = (*RunConfig.RUN_ONLY_SETTINGS, "workers")
-
-    #: Task families (empty: the env builder's demo default).
-    tasks: tuple[str, ...] = option((), "task types (default: the env's demo set; ScienceWorld: boil melt "
-                                        "find-living-thing test-conductivity; ALFWorld: all six; AppWorld: "
-                                        "all seven question kinds)")
-    train_variations: int = option(3, "train variations per task")
-    test_variations: int = option(1, "held-out variations per task")
-    explore_steps: int = option(12, "exploration steps per episode beyond the gold run")
-    #: The WM prompt layout: ``compact`` (tiny models learn it in CPU minutes; ALFWorld and AppWorld: their own
-    #: layout), ``full`` (ScienceWorld's full sections, which need far more steps) or ``paper`` (every env: the
-    #: paper's query, byte for byte; the simulator then queries in it too).
-    prompt_style: str = option("compact", "WM prompt layout: compact (ALFWorld, AppWorld: their own), full "
-                                          "(ScienceWorld's full sections) or paper (the paper's query, "
-                                          "every env)")
-    train_steps: int = option(1200, "world-model training steps")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        builder = get_env(self.env).dataset_builder()
-        if builder is None or not hasattr(builder, "demo_config"):
-            raise ValueError(f"env {self.env!r} has no demo (its dataset builder has no demo_config)")
-        if self.train_steps < 1:
-            raise ValueError(f"train_steps must be >= 1, got {self.train_steps}")
-        if self.tasks and not set(self.agent_tasks) <= set(self.tasks):
-            raise ValueError(f"agent_tasks {' '.join(sorted(set(self.agent_tasks) - set(self.tasks)))} not among "
-                             f"tasks ({' '.join(self.tasks)})")
-        if self.prompt_style not in DEMO_PROMPT_STYLES:
-            raise ValueError(f"prompt_style must be one of {', '.join(DEMO_PROMPT_STYLES)}, got {self.prompt_style!r}")
-        unknown = sorted(set(self.families) - set(DEMO_BLOCKS))
-        if unknown or "sdar" not in self.families:
-            raise ValueError(f"families must include sdar (the GRPO stage serves it) and come from "
-                             f"{', '.join(DEMO_BLOCKS)}; got {' '.join(self.families)}")
-
-    @classmethod
-    def create(cls, *, smoke: bool = False, **overrides: Any) -> DemoConfig:
-        """The demo of ``overrides["env"]`` (default sciworld): the env builder's ``small_agent_tasks`` as the agent's
-        and its ``demo_defaults`` (its scale: an ALFWorld WM prompt is ~3x a compact ScienceWorld one, so it trains
-        fewer steps in the same minutes), then the smoke setting if asked (and the builder's ``demo_smoke``), then
-        ``overrides``. Other ``tasks`` without ``agent_tasks`` give the agent every type of them."""
-        env = overrides.get("env", "sciworld")
-        builder = get_env(env).dataset_builder()
-        settings = {"agent_tasks": getattr(builder, "small_agent_tasks", ()), **getattr(builder, "demo_defaults", {})}
-        if smoke:
-            settings.update(smoke=True, tasks=(), agent_tasks=(), train_variations=1, test_variations=1,
-                            explore_steps=6, train_steps=40, eval_rows=16, gen_length=24, agent_sft_steps=10,
-                            grpo_steps=1, grpo_turns=3, agent_episodes=2, agent_turns=4)
-            settings.update(getattr(builder, "demo_smoke", {}))
-        if "tasks" in overrides and "agent_tasks" not in overrides:
-            settings["agent_tasks"] = ()
-        return cls(**{**settings, **overrides})
-
-    @classmethod
-    def smoke_test(cls, **overrides: Any) -> DemoConfig:
-        """An even smaller setting for CI (a few minutes)."""
-        return cls.create(smoke=True, **overrides)
-
 
 def _from_stages_json(old: dict[str, Any]) -> dict[str, Any]:
     """The demo's state from before the one state format (``stages.json``: ``{"config": {...}, "stages": {name:
@@ -191,7 +121,7 @@ class Demo:
         for family in c.families:
             # One tokenizer for all (diffusion ones add the mask token): same rows, same vocabulary.
             tokenizer = train_tokenizer(chat_texts(rows), vocab_size=c.vocab_size, with_mask_token=family != "ar")
-            block = DEMO_BLOCKS[family]
+            block = BLOCKS[family]
             model = build_tiny_model(tokenizer, family=family, size=c.size, block_size=block, seed=c.seed)
             save_checkpoint(model, tokenizer, self.path(f"init_{family}"))
             result = train(SFTConfig(

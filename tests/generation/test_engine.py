@@ -458,24 +458,25 @@ def test_the_prefix_cache_keys_blocks_by_tokens_and_attention_rule_and_evicts_th
 
     from textwm.generation.engine.prefix_cache import PrefixCache
 
-    cache = PrefixCache(layers=1, n_kv=1, head_dim=2, dtype=torch.float32, device=torch.device("cpu"), max_blocks=2,
+    cache = PrefixCache(layers=2, n_kv=2, head_dim=2, dtype=torch.float32, device=torch.device("cpu"), max_blocks=2,
                         block_tokens=2)
     prompt = [5, 6, 7, 8, 9]
     keys = cache.chain(prompt, 5, None)
     assert len(keys) == 2 and keys != cache.chain(prompt, 5, 4) and keys[0] == cache.chain([5, 6, 0], 3, None)[0]
-    row_k = torch.arange(32, dtype=torch.float32).reshape(2, 1, 8, 2)    # engine rows [rows, H_kv, T, D]
-    cache.store([keys], [0], [row_k], [-row_k], [1])                      # from row 1
+    row_k = torch.arange(128, dtype=torch.float32).reshape(2, 2, 2, 8, 2)   # engine rows [L, rows, H_kv, T, D]
+    cache.store([keys], [0], row_k, -row_k, [1])                            # from row 1
     assert cache.lookup(keys) == [0, 1]
-    loaded_k, loaded_v = torch.zeros(3, 1, 8, 2), torch.zeros(3, 1, 8, 2)
-    cache.load([loaded_k], [loaded_v], [2, 0], [[0, 1], [1]])             # rows 2 and 0 at once
-    assert torch.equal(loaded_k[2, :, :4], row_k[1, :, :4]) and torch.equal(loaded_v[2, :, :4], -row_k[1, :, :4])
-    assert torch.equal(loaded_k[0, :, :2], row_k[1, :, 2:4]) and not loaded_k[0, :, 2:].any() and not loaded_k[1].any()
+    loaded_k, loaded_v = torch.zeros(2, 3, 2, 8, 2), torch.zeros(2, 3, 2, 8, 2)
+    cache.load(loaded_k, loaded_v, [2, 0], [[0, 1], [1]])                   # rows 2 and 0 at once
+    assert torch.equal(loaded_k[:, 2, :, :4], row_k[:, 1, :, :4]) and torch.equal(loaded_v[:, 2, :, :4], -row_k[:, 1, :, :4])
+    assert torch.equal(loaded_k[:, 0, :, :2], row_k[:, 1, :, 2:4]) and not loaded_k[:, 0, :, 2:].any()
+    assert not loaded_k[:, 1].any()
     # Two rows of one prefill with the same new block keep it once.
-    twice = PrefixCache(layers=1, n_kv=1, head_dim=2, dtype=torch.float32, device=torch.device("cpu"), max_blocks=4,
+    twice = PrefixCache(layers=2, n_kv=2, head_dim=2, dtype=torch.float32, device=torch.device("cpu"), max_blocks=4,
                         block_tokens=2)
-    twice.store([keys, keys], [0, 0], [row_k], [-row_k], [0, 1])
+    twice.store([keys, keys], [0, 0], row_k, -row_k, [0, 1])
     assert len(twice.index) == 2 and sorted(twice.free) == [2, 3]
     other = cache.chain([1, 2, 3], 3, None)
-    cache.store([other], [0], [row_k + 100], [row_k], [0])             # takes the least recently used block
+    cache.store([other], [0], row_k + 100, row_k, [0])                    # takes the least recently used block
     assert cache.lookup(keys) == []          # the chain's first block went: the rest is unreachable
     assert len(cache.index) == 2 and cache.lookup(other) == [0]

@@ -113,7 +113,7 @@ class DatasetBuilder(Protocol):
     def run_job(self, env: Any, job: Job, config: BuildConfig) -> JobResult: ...
 
     def demo_config(self, out_dir: Path, demo: Any) -> BuildConfig:
-        """The small build of ``scripts/demo.sh`` (``demo``: its :class:`~textwm.demo.DemoConfig`); optional."""
+        """The small build of ``scripts/demo.sh`` (``demo``: its :class:`~textwm.experiments.demo_config.DemoConfig`); optional."""
         ...
 
     # Optional class attributes, read with getattr: ``fresh_env_per_job`` (True: each job gets a new env, closed

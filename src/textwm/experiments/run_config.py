@@ -1,5 +1,5 @@
 """The settings the demo and the world-model comparison share (:class:`RunConfig`), declared once with their help;
-:class:`~textwm.demo.DemoConfig` and :class:`~textwm.experiments.comparison_config.ComparisonConfig` derive from it
+:class:`~textwm.experiments.demo_config.DemoConfig` and :class:`~textwm.experiments.comparison_config.ComparisonConfig` derive from it
 and set their own defaults with :func:`defaults`.
 
 The defaults here are the demo's (a CPU run of minutes); the comparison's, sized for one GPU, are its own.

@@ -48,6 +48,8 @@ from typing import Any
 
 from textwm.config import config_dict
 from textwm.data.jsonl import read_jsonl, write_json, write_jsonl
+from textwm.envs.build import build
+from textwm.envs.registry import get_env
 from textwm.experiments import pretrained_regime
 from textwm.experiments.common import (
     AGENT_FILES,
@@ -66,6 +68,7 @@ from textwm.experiments.comparison_config import (
 )
 from textwm.experiments.comparison_report import write_report
 from textwm.experiments.decodings import empty_share, sampled_decode_rate, sampled_diversity
+from textwm.experiments.demo_config import DemoConfig
 from textwm.experiments.same_data import check_same_data, check_same_epochs
 from textwm.experiments.stages import STATE_FILE, Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig, run_passes
@@ -236,10 +239,6 @@ class Comparison:
                     shutil.copyfile(source / name, data / name)
             test = read_jsonl(source / "wm_test.jsonl").rows
         else:
-            from textwm.demo import DemoConfig
-            from textwm.envs.build import build
-            from textwm.envs.registry import get_env
-
             demo = DemoConfig.create(smoke=c.smoke, env=c.env, out=str(self.path("demo_settings")), seed=c.seed)
             build(c.env, get_env(c.env).dataset_builder().demo_config(data, demo))
             test = read_jsonl(data / "wm_test.jsonl").rows

@@ -52,9 +52,10 @@ class PrefixCache:
         if max_blocks < 1 or block_tokens < 1:
             raise ValueError(f"max_blocks and block_tokens must be >= 1, got {max_blocks} and {block_tokens}")
         self.block_tokens, self.max_blocks = block_tokens, max_blocks
-        shape = (max_blocks, n_kv, block_tokens, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        shape = (layers, max_blocks, n_kv, block_tokens, head_dim)
+        #: Every layer's pool blocks ``[L, max_blocks, H_kv, block_tokens, D]``.
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
         #: Block key -> pool index, least recently used first.
         self.index: OrderedDict[bytes, int] = OrderedDict()
         self.free = list(range(max_blocks - 1, -1, -1))
@@ -86,25 +87,25 @@ class PrefixCache:
             found.append(block)
         return found
 
-    def load(self, row_keys: Sequence[torch.Tensor], row_values: Sequence[torch.Tensor], slots: Sequence[int],
+    def load(self, keys: torch.Tensor, values: torch.Tensor, slots: Sequence[int],
              found: Sequence[Sequence[int]]) -> None:
-        """Copy each row's ``found`` blocks into its K/V from column 0: ``row_keys`` / ``row_values`` are every
-        layer's engine cache ``[rows, H_kv, T, D]``, ``slots[i]`` the row of ``found[i]``. One gather and one
-        write per layer and tensor for all the rows (a copy per row and layer costs launches that a small
-        model's prefill does not)."""
+        """Copy each row's ``found`` blocks into its K/V from column 0: ``keys`` / ``values`` are the engine's cache
+        of every layer ``[L, rows, H_kv, T, D]``, ``slots[i]`` the row of ``found[i]``. One gather and one write per
+        tensor for all the rows and layers (a copy per row or layer costs launches that a small model's prefill
+        does not)."""
         pairs = [(slot, j, block) for slot, blocks in zip(slots, found) for j, block in enumerate(blocks)]
         if not pairs:
             return
-        rows, columns, pool_index = self._places(pairs, row_keys[0].device)
-        for layer, (k, v) in enumerate(zip(row_keys, row_values)):
-            for pool, cache in ((self.keys[layer], k), (self.values[layer], v)):
-                cache[rows, :, columns] = pool[pool_index].transpose(1, 2).flatten(0, 1)   # [m * bt, H_kv, D]
+        rows, columns, pool_index = self._places(pairs, keys.device)
+        for pool, cache in ((self.keys, keys), (self.values, values)):
+            # [L, m, H_kv, bt, D] -> [m * bt, L, H_kv, D], the layout of cache[:, rows, :, columns]
+            cache[:, rows, :, columns] = pool[:, pool_index].permute(1, 3, 0, 2, 4).flatten(0, 1)
 
-    def store(self, chains: Sequence[Sequence[bytes]], firsts: Sequence[int], row_keys: Sequence[torch.Tensor],
-              row_values: Sequence[torch.Tensor], slots: Sequence[int]) -> None:
-        """Keep blocks ``firsts[i]..`` of ``chains[i]`` from engine row ``slots[i]`` (``row_keys`` / ``row_values``:
-        every layer's cache ``[rows, H_kv, T, D]``), evicting the least recently used blocks for them; a block
-        already kept (by an earlier row too) is only marked used."""
+    def store(self, chains: Sequence[Sequence[bytes]], firsts: Sequence[int], cache_keys: torch.Tensor,
+              cache_values: torch.Tensor, slots: Sequence[int]) -> None:
+        """Keep blocks ``firsts[i]..`` of ``chains[i]`` from engine row ``slots[i]`` (``cache_keys`` / ``cache_values``: the
+        engine's cache of every layer ``[L, rows, H_kv, T, D]``), evicting the least recently used blocks for them;
+        a block already kept (by an earlier row too) is only marked used."""
         writes: dict[int, tuple[int, int]] = {}   # pool index -> (row, block of its prompt): a budget smaller
         for slot, keys, first in zip(slots, chains, firsts):  # than the prefill's blocks reuses a pool block,
             for j in range(first, len(keys)):                 # and its last writer is the one the index names
@@ -120,11 +121,11 @@ class PrefixCache:
         if not writes:
             return
         rows, columns, pool_index = self._places([(slot, j, block) for block, (slot, j) in writes.items()],
-                                                 row_keys[0].device)
+                                                 cache_keys.device)
         m, bt = len(writes), self.block_tokens
-        for layer, (k, v) in enumerate(zip(row_keys, row_values)):
-            for pool, cache in ((self.keys[layer], k), (self.values[layer], v)):
-                pool[pool_index] = cache[rows, :, columns].unflatten(0, (m, bt)).transpose(1, 2)
+        for pool, cache in ((self.keys, cache_keys), (self.values, cache_values)):
+            # [m * bt, L, H_kv, D] -> [L, m, H_kv, bt, D]
+            pool[:, pool_index] = cache[:, rows, :, columns].unflatten(0, (m, bt)).permute(2, 0, 3, 1, 4)
 
     def _places(self, pairs: Sequence[tuple[int, int, int]], device: torch.device):
         """For ``(row, block of its prompt, pool block)`` triples: each token's row and column ``[m * bt]`` and

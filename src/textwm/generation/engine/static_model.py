@@ -102,11 +102,14 @@ class StaticModel:
         self.rows, self.capacity = rows, capacity
         self.attention = _resolve_attention(attention, param, self.head_dim)
         self.layer_math = _layer_math(model, fused, n_heads=self.n_heads, n_kv=self.n_kv, head_dim=self.head_dim)
-        shape = (rows, self.n_kv, capacity, self.head_dim)
+        shape = (len(self.layers), rows, self.n_kv, capacity, self.head_dim)
         # Zeros, not empty: a NaN bit pattern in a column no query reads is harmless in the matmul path,
-        # but masked SDPA kernels multiply by zero weights, and 0 * NaN is NaN.
-        self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        # but masked SDPA kernels multiply by zero weights, and 0 * NaN is NaN. One tensor for all layers
+        # ([L, rows, H_kv, T, D]), so that a prefix-cache copy is one indexing op for every layer at once.
+        self.all_keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.all_values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        #: Each layer's K/V ``[rows, H_kv, T, D]``: views of :attr:`all_keys` / :attr:`all_values`.
+        self.keys, self.values = list(self.all_keys.unbind(0)), list(self.all_values.unbind(0))
         #: Prompt tokens prefilled, found in a prefix cache, and computed, since the model was built.
         self.prompt_stats = PrefixStats()
 
@@ -190,7 +193,7 @@ class StaticModel:
                 out = [self.prefill(slots[rows], [prompts[i] for i in rows], block=block, pad_id=pad_id,
                                     prefix_cache=prefix_cache) for rows in (lead, sorted(followers))]
                 return torch.cat(out)[torch.tensor(lead + sorted(followers)).argsort().to(out[0].device)]
-            prefix_cache.load(self.keys, self.values, slots.tolist(), found)
+            prefix_cache.load(self.all_keys, self.all_values, slots.tolist(), found)
             starts = [len(blocks) * prefix_cache.block_tokens for blocks in found]
         lengths = [len(p) - s for p, s in zip(prompts, starts)]
         self.prompt_stats.prompt_tokens += sum(len(p) for p in prompts)
@@ -205,7 +208,7 @@ class StaticModel:
             else:
                 last.append(self._prefill_chunk(slots[chunk], prompts[chunk], block, pad_id))
         if prefix_cache is not None:
-            prefix_cache.store(chains, [s // prefix_cache.block_tokens for s in starts], self.keys, self.values,
+            prefix_cache.store(chains, [s // prefix_cache.block_tokens for s in starts], self.all_keys, self.all_values,
                                slots.tolist())
         return torch.cat(last)
 
