@@ -109,7 +109,9 @@ class StaticModel:
         self.all_keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.all_values = torch.zeros(shape, dtype=self.dtype, device=self.device)
         #: Each layer's K/V ``[rows, H_kv, T, D]``: views of :attr:`all_keys` / :attr:`all_values`.
-        self.keys, self.values = list(self.all_keys.unbind(0)), list(self.all_values.unbind(0))
+        # Indexed one by one, not unbind(): unbind's views may not be written in place where autograd is on.
+        self.keys = [self.all_keys[i] for i in range(len(self.layers))]
+        self.values = [self.all_values[i] for i in range(len(self.layers))]
         #: Prompt tokens prefilled, found in a prefix cache, and computed, since the model was built.
         self.prompt_stats = PrefixStats()
 
