@@ -19,11 +19,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/lib/paper_env.sh"
 paper_env "$(dirname "${BASH_SOURCE[0]}")" eval.sh VENV_DIR
 # Default paths (MODEL_DIR, DATA_DIR as train.sh's, the paper's ./output/<run>) are under TEXTWM_ROOT: this checkout.
-export TEXTWM_ROOT="${TEXTWM_ROOT:-$ROOT}" LAUNCHER="${LAUNCHER:-eval.sh}"
+export LAUNCHER="${LAUNCHER:-eval.sh}"
 export OUTPUT_DIR="${OUTPUT_DIR:-${OUTPUT_BASE:-}}"   # OUTPUT_BASE: the paper's name
-DEFAULT_PYTHON="python3"
-[ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
-
-FLAGS=()
-if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi   # the swift lines, not run
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.training.swift_eval "${FLAGS[@]}" -- "$@"
+source "$ROOT/scripts/lib/run_module.sh"
+run_module "$ROOT" textwm.training.swift_eval -- "$@"

@@ -21,11 +21,9 @@ source "$ROOT/scripts/lib/paper_env.sh"
 paper_env "$(dirname "${BASH_SOURCE[0]}")" train.sh VENV_DIR
 # Default paths (DATA_DIR: llm_training/data when it has a train.jsonl, else runs/ar_data; OUTPUT_DIR) are under
 # TEXTWM_ROOT: this checkout.
-export TEXTWM_ROOT="${TEXTWM_ROOT:-$ROOT}" LAUNCHER="${LAUNCHER:-train.sh}"
-DEFAULT_PYTHON="python3"
-[ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
+export LAUNCHER="${LAUNCHER:-train.sh}"
+source "$ROOT/scripts/lib/run_module.sh"
 
 FLAGS=()
 if [ -n "${VAL_FILE+set}" ] && [ -z "$VAL_FILE" ]; then FLAGS+=(--val-file none); fi   # VAL_FILE=: no eval
-if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi       # the swift line, not run
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.training.swift_sft "${FLAGS[@]}" -- "$@"
+run_module "$ROOT" textwm.training.swift_sft "${FLAGS[@]}" -- "$@"

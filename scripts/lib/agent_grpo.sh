@@ -22,12 +22,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # DATA unset: the paper's file in <env>/data/ of this checkout (the recipe's paper_data names it), as the paper's run
 # scripts read data/<name> from the env folder; else our builder's runs/<env>_data/ (both under TEXTWM_ROOT).
-export TEXTWM_ROOT="${TEXTWM_ROOT:-$ROOT}" LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
-DEFAULT_PYTHON="python3"
-[ -x "$ROOT/.venv/bin/python" ] && DEFAULT_PYTHON="$ROOT/.venv/bin/python"
+export LAUNCHER="${LAUNCHER:-$(basename "${BASH_SOURCE[0]}")}"
+source "$ROOT/scripts/lib/run_module.sh"
 
 FLAGS=()
 [ -n "${RECIPE:-}" ] && FLAGS+=(--recipe "$RECIPE")
 [ -n "${ENV_NAME:-}" ] && FLAGS+=(--env "$ENV_NAME")
-if [ "${1:-}" = "--print-command" ]; then FLAGS+=(--print-command); shift; fi   # the swift line, not run
-exec "${PYTHON:-$DEFAULT_PYTHON}" -m textwm.rl.launch "${FLAGS[@]}" -- "$@"
+run_module "$ROOT" textwm.rl.launch "${FLAGS[@]}" -- "$@"

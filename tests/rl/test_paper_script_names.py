@@ -135,7 +135,7 @@ def test_preset_gpu_count_follows_cuda_visible_devices(tmp_path, script, cvd, de
 def _launcher_copy(tmp_path: Path, *scripts: str) -> Path:
     """The launchers copied into a root of their own, so that their ``<env>/data/`` can be filled freely."""
     root = tmp_path / "root"
-    for rel in ("scripts/lib/agent_grpo.sh", "scripts/lib/agent_sft.sh", *scripts):
+    for rel in ("scripts/lib/agent_grpo.sh", "scripts/lib/agent_sft.sh", "scripts/lib/run_module.sh", *scripts):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, root / rel)
     shutil.copytree(ROOT / "recipes", root / "recipes")
