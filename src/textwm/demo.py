@@ -43,6 +43,14 @@ from textwm.generation.runner import run as generate
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics import report
 from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.models.checkpoint import read_spec
+from textwm.models.tiny import (
+    build_tiny_checkpoint,
+    build_tiny_model,
+    chat_texts,
+    save_checkpoint,
+    train_tokenizer,
+)
 from textwm.rl.in_wm import GRPOInWM, run_grpo_in_wm
 from textwm.serving.local_stack import local_wm_stack
 from textwm.training.agent_sft import AgentSFT, sft_agent_path, train_agent_on_demos
@@ -112,7 +120,7 @@ class Demo:
     # --- 2. train ----------------------------------------------------------------------------------
 
     def stage_train(self) -> dict[str, Any]:
-        from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
+        # heavy: loads torch and transformers
         from textwm.training.trainer import train
 
         c = self.config
@@ -168,7 +176,6 @@ class Demo:
     def _agent_before_grpo(self) -> tuple[str, Path]:
         """The agent GRPO starts from: trained on the gold demos when the stage did that, else its start (the
         pretrained ``agent_init`` as it is, or the random one)."""
-        from textwm.models.checkpoint import read_spec
 
         sft = sft_agent_path(self.path("agent"))
         if sft.is_dir():
@@ -177,8 +184,6 @@ class Demo:
             self.path("agent_init")
 
     def stage_grpo(self) -> dict[str, Any]:
-        from textwm.models.tiny import build_tiny_checkpoint, chat_texts
-
         c = self.config
         demos = self.agent_file("sft_train.jsonl")
         demo_rows = read_jsonl(demos, allow_empty=True).rows if demos.is_file() else []

@@ -23,6 +23,8 @@ from textwm.clients.openai import ChatClient, ChatRequestError, resolve_model_id
 from textwm.clients.retry import RetryPolicy
 from textwm.data.chat_encoder import ChatEncoder
 from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import load_model
+from textwm.models.families import get_family
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +199,8 @@ class LocalAgent:
                  top_p: float = 1.0, top_k: int = 0, max_tokens: int = 256, batch_size: int = 8,
                  max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS, block_length: int = 4, denoising_steps: int = 4,
                  seed: int | None = None):
+        # heavy: the decoders load torch; agents over an endpoint need none
         from textwm.generation.decoders import make_decoder
-        from textwm.models.checkpoint import load_model
-        from textwm.models.families import get_family
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -208,6 +209,7 @@ class LocalAgent:
                                        block_length=block_length, denoising_steps=denoising_steps, seed=None)
         self.seed = seed
         if seed is not None:
+            # heavy: loads torch
             import torch
 
             torch.manual_seed(seed)

@@ -256,6 +256,7 @@ def calibration_curve(comparison: Any, agent: GRPOAgent) -> dict[str, Any]:
 
 def _served(comparison: Any, arm: Any) -> Any:
     """The arm's world model behind the proxy (greedy, the comparison's decoding settings)."""
+    # heavy: loads torch
     import torch
 
     c = comparison.config
@@ -297,6 +298,7 @@ def grpo_in_arm(comparison: Any, arm: Any, agent: GRPOAgent) -> dict[str, Any]:
 
 def _grpo_run(comparison: Any, agent: GRPOAgent, **where: Any) -> Any:
     """The Stage-2 GRPO run of the SFT agent (the same settings in every arm); ``where``: real-env rollouts."""
+    # heavy: loads torch
     import torch
 
     c = comparison.config

@@ -33,6 +33,8 @@ from textwm.experiments.stages import Stage
 from textwm.generation.runner import EvalGenerateConfig, run_passes
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.models.checkpoint import read_spec
+from textwm.models.pretrained import is_start_name, pretrained_path, read_start_record
 from textwm.training.config import SFTConfig
 
 #: The file of an arm's finished epochs, beside its checkpoints.
@@ -43,8 +45,6 @@ MAUVE_RESAMPLES = 10
 
 def start_record(comparison: Any) -> dict[str, Any]:
     """The ``init`` step: resolve the start (made in the cache on first use) and record what it is."""
-    from textwm.models.checkpoint import read_spec
-    from textwm.models.pretrained import is_start_name, pretrained_path, read_start_record
 
     init = comparison.config.init
     path = pretrained_path(init) if is_start_name(init) else Path(init)
@@ -52,6 +52,7 @@ def start_record(comparison: Any) -> dict[str, Any]:
     if spec.family != "ar":
         raise ComparisonError(f"--init {init}: a {spec.family} checkpoint; the regime starts from an AR model (the "
                               "SDAR and WeDLM arms are converted from it)")
+    # heavy: safetensors' torch reader
     from safetensors import safe_open
 
     parameters = 0
@@ -64,6 +65,7 @@ def start_record(comparison: Any) -> dict[str, Any]:
 
 
 def _vocabulary(path: Path) -> int:
+    # heavy: loads transformers
     from transformers import AutoTokenizer
 
     return len(AutoTokenizer.from_pretrained(path))
@@ -92,8 +94,10 @@ def should_stop(eval_losses: list[float], patience: int) -> bool:
 def train_by_epochs(comparison: Any, arm: Any) -> dict[str, Any]:
     """Train ``arm`` epoch by epoch (module docstring); returns the arm's record (the comparison's train record:
     its figures are the last epoch's, its ``epochs`` every epoch's)."""
+    # heavy: loads torch
     import torch
 
+    # heavy: loads torch and transformers
     from textwm.training.trainer import train
 
     c = comparison.config
@@ -158,6 +162,7 @@ def greedy_passes(comparison: Any, arm: Any) -> list[tuple[str, int]]:
 
 
 def _decode(comparison: Any, model: Path, folder: Path, passes: list[tuple[str, float, int | None, int]]) -> None:
+    # heavy: loads torch
     import torch
 
     c = comparison.config

@@ -34,6 +34,7 @@ def pyplot() -> Any:
     """``matplotlib.pyplot`` on the headless backend, or None when matplotlib is not installed (the report is
     written without its charts)."""
     try:
+        # optional and slow (~0.2 s): charts only; pyplot after use('Agg')
         import matplotlib
     except ImportError:
         return None

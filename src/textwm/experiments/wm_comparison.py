@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import random
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -74,6 +76,7 @@ from textwm.experiments.stages import STATE_FILE, Legacy, Stage, StageRunner
 from textwm.generation.runner import EvalGenerateConfig, run_passes
 from textwm.generation.settings import DecodeSettings
 from textwm.metrics.scorer import ScoreOptions, score_file
+from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
 from textwm.training.config import SFTConfig
 
 __all__ = ["AGENT_FILES", "BLOCKS", "FAMILIES", "REGIMES", "STAGE2_SETTINGS", "Arm", "Comparison",
@@ -253,7 +256,6 @@ class Comparison:
     def stage_init(self) -> dict[str, Any]:
         """The pretrained start (resolved, :func:`textwm.experiments.pretrained_regime.start_record`); or one tokenizer (with the mask token, for every family: equal vocabularies and parameter counts) and
         one random initialisation per family from the same seed."""
-        from textwm.models.tiny import build_tiny_model, chat_texts, save_checkpoint, train_tokenizer
 
         c = self.config
         if c.init:
@@ -299,8 +301,6 @@ class Comparison:
     def _train_concurrently(self, wave: list[Arm]) -> None:
         """The arms of ``wave`` trained at once, one spawned process each (:func:`_train_in_child`); each arm's stage is
         recorded as it ends (done from the record it wrote, or failed with its exit code)."""
-        import multiprocessing
-        import signal
 
         # spawn: a forked child of a process that touched CUDA cannot use it.
         context = multiprocessing.get_context("spawn")
@@ -355,8 +355,10 @@ class Comparison:
     def _train(self, arm: Arm) -> dict[str, Any]:
         if arm.regime == "pretrained":
             return pretrained_regime.train_by_epochs(self, arm)
+        # heavy: loads torch
         import torch
 
+        # heavy: loads torch and transformers
         from textwm.training.trainer import train
 
         c = self.config
@@ -398,6 +400,7 @@ class Comparison:
     def generate_arm(self, arm: Arm) -> dict[str, Any]:
         """Greedy and ``samples`` sampled decodings of the held-out rows (GPU work; no scoring), one model load
         for all of them (:func:`textwm.generation.runner.run_passes`)."""
+        # heavy: loads torch
         import torch
 
         c = self.config

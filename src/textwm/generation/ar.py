@@ -62,6 +62,7 @@ class ARDecoder(Decoder):
         generated until N tokens, a stop id (the end of the slot; of the answer in an open last slot), or the
         next fixed span's first token (the span is then forced from there, so it is never written twice).
         """
+        # heavy: loads transformers
         from transformers import DynamicCache
 
         if len(layouts) != len(prompts):

@@ -17,6 +17,7 @@ from textwm.config import ConfigCLI
 from textwm.data.jsonl import DataError
 from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.generation.runner import EvalGenerateConfig, run
+from textwm.models.checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
     for noop in noop_flags:
         _notice(noop, getattr(extra, noop.dest))
 
-    from textwm.models.checkpoint import CheckpointError
 
     try:
         stats = run(config)

@@ -37,6 +37,7 @@ def make_decoder(model: Any, spec: ModelSpec, *, pad_token_id: int | None = None
     on_cuda = next(model.parameters()).device.type == "cuda"
     if engine == "reference" or (engine == "auto" and not on_cuda):
         return reference_decoder(model, spec, pad_token_id=pad_token_id)
+    # heavy: the engine loads transformers; the reference decoders need only torch
     from textwm.generation.engine.decoder import EngineDecoder
     from textwm.generation.engine.static_model import UnsupportedModel
 

@@ -19,12 +19,15 @@ The paper's flag spellings are aliases of ours (:data:`PAPER_DECODE_ALIASES`, ``
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from textwm.cli_checks import check_output_dir
 from textwm.config import ConfigError, config_dict, option
@@ -34,6 +37,8 @@ from textwm.data.markers import SKIPPED_OVERLONG
 from textwm.data.schema import split_prompt_target, validate_target_row
 from textwm.generation import DECODER_ENGINES
 from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import load_model, read_spec
+from textwm.models.families import get_family
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +187,7 @@ def _decode_batch(config: EvalGenerateConfig, decoder: Any, tokenizer: Any, prom
     counted in ``result.errors``. With ``retry`` (``retry_singly``) a failed batch is decoded again one row
     at a time, so only the rows that fail alone are errors (the paper's ``wedlm/eval_generate.py``
     ``run_dataset``; its ``sdar/eval_generate.py`` ``process_shard`` does not retry)."""
+    # heavy: loads torch
     import torch
 
     try:
@@ -211,8 +217,8 @@ def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device:
                      label: str = "cpu") -> list[ShardResult]:
     """Decode ``jobs`` once per config on ``device`` with one model load (the configs differ in their decoding
     settings alone: :func:`run_passes`)."""
+    # heavy: the decoders load torch; the API path needs none
     from textwm.generation.decoders import make_decoder
-    from textwm.models.checkpoint import load_model
 
     first = configs[0]
     loaded = load_model(first.model_path, device=device, dtype=first.dtype, mask_token_id=first.mask_token_id)
@@ -226,7 +232,6 @@ def run_shard_passes(configs: list[EvalGenerateConfig], jobs: list[Job], device:
 
 def _decode_jobs(config: EvalGenerateConfig, jobs: list[Job], decoder: Any, encoder: Any, tokenizer: Any,
                  device: str, label: str) -> ShardResult:
-    from tqdm.auto import tqdm
 
     result = ShardResult()
     encoded = _encode_jobs(config, jobs, encoder, result)
@@ -265,6 +270,7 @@ def load_jobs(config: EvalGenerateConfig) -> dict[str, list[Job]]:
 
 def workers_for(config: EvalGenerateConfig) -> int:
     """GPU worker processes to start (0 = in-process on the CPU)."""
+    # heavy: loads torch
     import torch
 
     if config.num_gpus <= 0:
@@ -295,8 +301,6 @@ def run_passes(configs: list[EvalGenerateConfig]) -> list[dict[str, dict[str, An
     ``decode_seconds`` / ``decode_tokens_per_second`` (its decoding loop) and ``generated_tokens``; ``seconds``
     is the whole call (worker start, model load, every pass) and ``tokens_per_second`` every pass's tokens over
     it; ``passes`` says how many shared it. Returns each pass's per-dataset stats."""
-    from textwm.models.checkpoint import read_spec
-    from textwm.models.families import get_family
 
     if not configs:
         raise ValueError("run_passes needs at least one config")
@@ -323,7 +327,6 @@ def run_passes(configs: list[EvalGenerateConfig]) -> list[dict[str, dict[str, An
     if workers == 0:
         shards = [run_shard_passes(configs, all_jobs, device="cpu")]
     else:
-        import multiprocessing
 
         per_gpu: list[list[Job]] = [[] for _ in range(workers)]
         for jobs in jobs_by_dataset.values():

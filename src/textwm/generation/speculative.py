@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from textwm.generation.base import Decoder, Generation
+from textwm.generation.decoders import reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.families import get_family
 
@@ -180,13 +181,12 @@ class SpeculativeDecoder(SpeculativeRounds):
     """
 
     def __init__(self, verifier: Any, drafter: Any, *, draft_length: int = 4, pad_token_id: int | None = None):
-        from textwm.generation.decoders import reference_decoder
-
         super().__init__(verifier, drafter, draft_length=draft_length, pad_token_id=pad_token_id)
         self.drafter = reference_decoder(drafter.model, drafter.spec, pad_token_id=pad_token_id)
         self._cache: Any = None
 
     def _start(self, prompt: list[int]) -> torch.Tensor:
+        # heavy: loads transformers
         from transformers import DynamicCache
 
         self._cache = DynamicCache()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textwm.models import hub
+from textwm.models import hub, pretrained
 from textwm.models.families import DEFAULT_FAMILY, DIFFUSION_FIELD, family_names, family_of, get_family
 from textwm.models.hub import CheckpointError
 
@@ -96,7 +96,6 @@ class LoadedModel:
 def _local_path(path: str | os.PathLike) -> Path:
     """A local checkpoint folder for ``path``: a folder, a named pretrained start (made in the cache on first
     use, :mod:`textwm.models.pretrained`), or a hub id (downloaded if the Hub is reachable)."""
-    from textwm.models import pretrained
 
     p = Path(path)
     if not p.exists() and pretrained.is_start_name(path):
@@ -109,6 +108,7 @@ def _local_path(path: str | os.PathLike) -> Path:
         raise CheckpointError(f"{p}: expected a checkpoint folder, found a file")
     if str(path).count("/") != 1 or str(path).startswith((".", "/")):
         raise CheckpointError(f"{path}: no such checkpoint folder")
+    # heavy (~0.3 s) and only for hub ids
     from huggingface_hub import snapshot_download
 
     try:
@@ -153,6 +153,7 @@ def apply_spec(model: Any, spec: ModelSpec) -> None:
 
 def resolve_device(name: str = "auto"):
     """``auto`` -> CUDA if available, else CPU (announced: CPU runs are slow)."""
+    # heavy: loads torch
     import torch
 
     if name != "auto":
@@ -165,6 +166,7 @@ def resolve_device(name: str = "auto"):
 
 def resolve_dtype(name: str, device) -> Any:
     """``auto`` -> bfloat16 on a GPU that supports it, else float32."""
+    # heavy: loads torch
     import torch
 
     if name == "auto":
@@ -181,6 +183,7 @@ def resolve_dtype(name: str, device) -> Any:
 def load_model(path: str | os.PathLike, *, device: str = "auto", dtype: str = "auto",
                attn_implementation: str = "sdpa", mask_token_id: int | None = None) -> LoadedModel:
     """Load tokenizer, model (eval mode, on ``device``) and :class:`ModelSpec` of a checkpoint."""
+    # heavy: loads torch and transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
@@ -308,6 +311,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_
                        family: str = "sdar") -> Path:
     """Convert an AR checkpoint on disk: load ``src`` (a folder, a hub id or a pretrained start name), turn it into
     a checkpoint of the masked ``family`` (:func:`convert_to_family`: SDAR, WeDLM), save to ``dst``."""
+    # heavy: loads torch and transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)

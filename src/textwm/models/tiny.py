@@ -97,6 +97,7 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048, with_mask_t
     Qwen conventions: pad = ``<|endoftext|>``, eos = ``<|im_end|>``, ChatML template; with
     ``with_mask_token`` it also has ``<|MASK|>`` (block-diffusion models).
     """
+    # heavy: tokenizers and transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -127,6 +128,7 @@ def tiny_config(size: str, *, vocab_size: int, family: str = "ar", arch: str = "
     ``SDARMoeConfig``), other masked families and architectures with ``block_size``, ``mask_token_id`` and
     ``"diffusion": family`` added; there is no Llama ``sdar_moe``.
     """
+    # heavy: loads transformers
     from transformers import LlamaConfig, Qwen3Config, Qwen3MoeConfig
 
     if size not in SIZES:
@@ -164,6 +166,7 @@ def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", 
     if mask_token_id is not None and not len(tokenizer) <= mask_token_id < rows:
         raise ValueError(f"mask_token_id {mask_token_id} must be an embedding row past the tokenizer's vocabulary: "
                          f"in [{len(tokenizer)}, {rows}) (pad the embedding with embedding_rows)")
+    # heavy: loads torch and transformers
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -178,6 +181,7 @@ def build_tiny_model(tokenizer: Any, *, family: str = "ar", size: str = "tiny", 
 
 def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
     """Save weights, tokenizer and a generation config whose stop ids are ``<|im_end|>`` and ``<|endoftext|>``."""
+    # heavy: loads transformers
     from transformers import GenerationConfig
 
     out = Path(out_dir)

@@ -194,6 +194,7 @@ class Engine:
         of max_model_len tokens)."""
         c = self.config
         if c.scheduler != "batch":
+            # heavy: the decode engine loads transformers; the batch scheduler needs none
             from textwm.generation.engine import DecodeEngine
             from textwm.generation.engine.static_model import UnsupportedModel
 

@@ -31,6 +31,8 @@ import httpx
 
 from textwm.config import option
 from textwm.generation.settings import DecodeSettings
+from textwm.models.checkpoint import read_spec
+from textwm.models.families import get_family
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +176,6 @@ def check_vllm_checkpoint(model_path: str) -> None:
     """
     if not Path(model_path).is_dir():
         return
-    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
-    from textwm.models.checkpoint import read_spec
-    from textwm.models.families import get_family
-
     ckpt = read_spec(model_path)
     if get_family(ckpt.family).masked:
         also = " (or --backend lmdeploy)" if ckpt.model_type in LMDEPLOY_DLLM_MODEL_TYPES else ""
@@ -207,10 +205,6 @@ def lmdeploy_block_length(spec: BackendSpec) -> int:
                     "(lmdeploy needs mask id %d); lmdeploy gets --dllm-block-length %d",
                     spec.model_path, LMDEPLOY_MASK_TOKEN_ID, d.block_length)
         return d.block_length
-    # heavy: textwm.models loads torch and transformers (~6 s); only a local checkpoint is read
-    from textwm.models.checkpoint import read_spec
-    from textwm.models.families import get_family
-
     ckpt = read_spec(spec.model_path)
     dllm = ckpt.model_type in LMDEPLOY_DLLM_MODEL_TYPES
     if get_family(ckpt.family).masked and not dllm:

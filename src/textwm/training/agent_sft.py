@@ -13,12 +13,14 @@ demos become one row per assistant turn (:mod:`textwm.data.agent_turns`).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from textwm.data.agent_turns import agent_turn_rows
 from textwm.data.jsonl import read_jsonl, write_jsonl
+from textwm.models.tiny import build_tiny_checkpoint, chat_texts
 from textwm.training.config import SFTConfig
 
 
@@ -55,13 +57,13 @@ def sft_agent_path(out: str | Path) -> Path:
 def train_agent_on_demos(job: AgentSFT) -> dict[str, Any]:
     """Build the agent (``<out>/init``; or take ``job.init``) and train it (``<out>/sft/final``); returns what it
     trained on and how."""
+    # heavy: loads torch
     import torch
 
     if job.steps < 1 or job.save_every < 0:
         raise ValueError(f"agent SFT steps must be >= 1 and save_every >= 0, got {job.steps} and {job.save_every}")
-    import shutil
 
-    from textwm.models.tiny import build_tiny_checkpoint, chat_texts
+    # heavy: loads torch and transformers
     from textwm.training.trainer import train
 
     out = Path(job.out)
@@ -102,7 +104,6 @@ def sft_checkpoints(out: str | Path) -> list[tuple[int, Path]]:
 def _agents_of_checkpoints(sft: Path) -> list[tuple[int, Path]]:
     """Make every ``checkpoint-N`` under ``sft`` a runnable agent (the final agent's tokenizer and generation
     files beside its weights) and drop its training state (an optimizer's state is twice the model)."""
-    import shutil
 
     final = sft / "final"
     kept = {p.name for p in final.iterdir()

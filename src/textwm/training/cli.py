@@ -12,6 +12,7 @@ import sys
 
 from textwm.config import ConfigCLI, ConfigError, leaves
 from textwm.data.jsonl import DataError
+from textwm.models.checkpoint import CheckpointError
 from textwm.training.config import IGNORED_LLAMAFACTORY_KEYS, SFTConfig
 from textwm.training.paper_keys import expand_paper_argv
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None, description:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from textwm.models.checkpoint import CheckpointError
+    # heavy: the trainer loads torch and transformers; --help and the checks need neither
     from textwm.training.trainer import train
 
     try:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from textwm import config
 from textwm.config import ConfigError
 from textwm.data.jsonl import atomic_write
@@ -50,7 +52,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def save_config(cfg: SFTConfig, path: str | Path) -> None:
     """Write the resolved config as YAML (atomically) next to the outputs it produced; :func:`load_config` reads
     it back."""
-    import yaml
 
     with atomic_write(path) as f:
         f.write("# resolved textwm SFT config (every key, defaults included)\n")

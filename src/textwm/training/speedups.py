@@ -22,6 +22,7 @@ compile; the GPU tier for liger and for compile under flex attention and bf16).
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ def _saved_ops() -> set[Any]:
     names = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
              "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
     ops = {getattr(aten, name).default for name in names if hasattr(aten, name)}
+    # torch's private module, present only in the versions that have flex attention
     from torch._higher_order_ops.flex_attention import flex_attention
     ops.add(flex_attention)
     return ops
@@ -91,6 +93,7 @@ def apply_layer_memory_options(model: Any, *, checkpointing: bool, mode: str = "
         raise SpeedupError(f"gradient_checkpointing_every must be >= 1, got {every}")
     if not checkpointing and not offload:
         return "activations: all kept (no checkpointing, no offload)"
+    # heavy: loads transformers
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = decoder_layers(model)
@@ -118,10 +121,12 @@ def apply_layer_memory_options(model: Any, *, checkpointing: bool, mode: str = "
 
 def _liger_patch(model: Any) -> Callable[..., None]:
     try:
+        # optional extra: liger-kernel
         from liger_kernel.transformers import monkey_patch
     except ImportError:
         raise SpeedupError("enable_liger_kernel needs liger-kernel: pip install liger-kernel==0.8.5 "
                            "(or pip install -e '.[speed]')") from None
+    # heavy: loads transformers
     from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
     by_class = ((Qwen3MoeForCausalLM, "apply_liger_kernel_to_qwen3_moe"), (Qwen3ForCausalLM, "apply_liger_kernel_to_qwen3"),
@@ -169,7 +174,6 @@ def needs_bitsandbytes(optim: str) -> bool:
 
 def check_packages(config: Any) -> None:
     """Before anything loads: the optional packages the config's switches need are importable."""
-    import importlib.util
 
     needs = []
     if config.enable_liger_kernel:

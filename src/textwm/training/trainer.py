@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 from textwm.cli_checks import check_output_dir
 from textwm.data.jsonl import DataError, read_json, read_jsonl, write_json
@@ -75,7 +76,6 @@ def build_objective(config: SFTConfig, model: Any, attn_implementation: str, pad
 
 def prepare_model(config: SFTConfig, attn_implementation: str) -> tuple[Any, Any, Objective]:
     """Load the start checkpoint and turn it into the objective's family (announced when it changes)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
@@ -361,7 +361,6 @@ def train(config: SFTConfig) -> TrainResult:
         log.warning("resume_from_checkpoint: true but %s has no checkpoint yet; starting fresh", out)
         resume = None
     if resume:
-        from transformers.trainer_utils import get_last_checkpoint
 
         restore_data_seen(trainer, Path(get_last_checkpoint(str(out)) if resume is True else resume))
     result = trainer.train(resume_from_checkpoint=resume)

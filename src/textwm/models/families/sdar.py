@@ -35,6 +35,7 @@ _BLOCK_SUFFIX = re.compile(r"-b(\d+)$")
 def own_classes(model_type: str) -> tuple[type, type] | None:
     """The SDAR release classes over Qwen3 (``SDARForCausalLM``) and Qwen3-MoE (``SDARMoeForCausalLM``), the
     format lmdeploy's dllm backend and the SDAR repo read; None for other architectures (they are marked)."""
+    # heavy: the SDAR classes load torch and transformers
     from textwm.models.sdar import SDARConfig, SDARForCausalLM, SDARMoeConfig, SDARMoeForCausalLM
 
     dense, moe = (SDARConfig, SDARForCausalLM), (SDARMoeConfig, SDARMoeForCausalLM)
@@ -43,6 +44,7 @@ def own_classes(model_type: str) -> tuple[type, type] | None:
 
 def plain_classes(config: Any) -> tuple[type, type]:
     """Qwen3 / Qwen3-MoE: the architectures under the SDAR release classes."""
+    # heavy: loads transformers
     import transformers as tf
 
     if config.model_type == "sdar_moe":

@@ -33,6 +33,7 @@ WEDLM_TRAINING_MASK_ID = 151665
 def plain_classes(config: Any) -> tuple[type, type]:
     """Qwen3 (``qk_norm``, no attention bias) or Qwen2.5 (no ``qk_norm``, a q/k/v bias): the networks under a hub
     WeDLM config (:mod:`textwm.models.wedlm`)."""
+    # heavy: loads transformers
     import transformers as tf
 
     if config.qk_norm and not config.attention_bias:
