@@ -24,7 +24,7 @@ from textwm.generation.engine.fused_layers import FusedLayers
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import convert_to_block_diffusion, convert_to_wedlm, load_model, read_spec
-from textwm.models.hub import family_of
+from textwm.models.families import family_of
 from textwm.models.tiny import build_tiny_model, tiny_config, train_tokenizer
 from textwm.serving.app import create_app
 from textwm.serving.launch import BackendSpec, server_command

@@ -120,10 +120,38 @@ def _local_path(path: str | os.PathLike) -> Path:
             f"(`huggingface-cli download {path} --local-dir DIR`) and pass DIR.") from exc
 
 
+def _block_size(local: Path, config: dict[str, Any], family: str, name: str,
+                level: int = logging.WARNING) -> int | None:
+    """The checkpoint's diffusion block size: ``config.json``'s, else the family's fill-in (None for AR and for
+    WeDLM hub configs). A filled-in value is announced at ``level``; ``name``: the path or hub id given."""
+    if config.get("block_size") is not None:
+        return int(config["block_size"])
+    return get_family(family).default_block_size(local, config, name, level)
+
+
+def _mask_token_id(local: Path, config: dict[str, Any], family: str, level: int = logging.WARNING) -> int | None:
+    """The checkpoint's mask id: ``config.json``'s, else the family's fill-in (None for AR checkpoints and unknown
+    SDAR ones). A filled-in value is announced at ``level``."""
+    if config.get("mask_token_id") is not None:
+        return int(config["mask_token_id"])
+    return get_family(family).default_mask_token_id(local, config, level)
+
+
+def _stop_ids(local: Path, config: dict[str, Any], family: str) -> list[int]:
+    """Stop ids: ``generation_config.json`` ``eos_token_id`` (else ``config.json``'s), and the tokenizer's eos token
+    where the family stops at it (WeDLM)."""
+    gen = local / "generation_config.json"
+    stops = hub.as_ids(hub.read_json(gen).get("eos_token_id")) if gen.is_file() else []
+    stops = stops or hub.as_ids(config.get("eos_token_id"))
+    if get_family(family).stops_at_tokenizer_eos and (eos := hub.tokenizer_setting(local, "eos_token")) is not None:
+        stops += hub.as_ids(hub.token_id(local, eos))
+    return list(dict.fromkeys(stops))
+
+
 def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> ModelSpec:
     """Read a checkpoint's family, block size, mask token and stop ids from its JSON files.
 
-    What a hub config leaves out is filled in by the checkpoint's family (:mod:`textwm.models.hub` asks it; each
+    What a hub config leaves out is filled in by the checkpoint's family (each
     value announced with a warning): the SDAR block size and mask id, WeDLM's hard-coded mask id.
 
     Args:
@@ -133,11 +161,11 @@ def read_spec(path: str | os.PathLike, *, mask_token_id: int | None = None) -> M
     local = _local_path(path)
     config = hub.read_json(local / "config.json")
     family = family_of(config)
-    mask = mask_token_id if mask_token_id is not None else hub.mask_token_id(local, config, family)
+    mask = mask_token_id if mask_token_id is not None else _mask_token_id(local, config, family)
     return ModelSpec(path=str(local), family=family, model_type=str(config.get("model_type", "")),
-                     block_size=hub.block_size(local, config, family, str(path)),
+                     block_size=_block_size(local, config, family, str(path)),
                      mask_token_id=int(mask) if mask is not None else None,
-                     stop_ids=tuple(hub.stop_ids(local, config, family)), pad_token_id=config.get("pad_token_id"))
+                     stop_ids=tuple(_stop_ids(local, config, family)), pad_token_id=config.get("pad_token_id"))
 
 
 def apply_spec(model: Any, spec: ModelSpec) -> None:

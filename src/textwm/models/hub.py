@@ -1,25 +1,19 @@
-"""What a checkpoint's JSON files say: its family, block size, mask id and stop ids.
+"""The generic readers of a checkpoint's JSON files: JSON, the tokenizer files' settings, added and named tokens.
 
-Published configs leave out what their remote code or scripts hard-code; each family fills that in by its
-own rules (:mod:`textwm.models.families.sdar`: the SDAR block size from the checkpoint's name, the mask id
-from its tokenizer; :mod:`textwm.models.families.wedlm`: WeDLM's hard-coded mask id, the tokenizer's eos as a
-stop), each announced with a warning, so :func:`textwm.models.checkpoint.read_spec` classifies every
-checkpoint as what it is (fixtures of the real files: ``tests/models/fixtures/hub/``). This module holds the
-generic readers (JSON, the tokenizer files' added and named tokens) and asks the checkpoint's family for the
-rest; which family a config is comes from :func:`~textwm.models.families.registry.family_of`.
+Below the model families, which use them to fill in what published configs leave out (the SDAR block size from
+the checkpoint's name and its mask id from the tokenizer; WeDLM's hard-coded mask id, the tokenizer's eos as a
+stop); :func:`textwm.models.checkpoint.read_spec` asks the checkpoint's family for those (fixtures of the real
+files: ``tests/models/fixtures/hub/``).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
-from textwm.models.families.registry import DIFFUSION_FIELD, family_of, get_family
-
-__all__ = ["DIFFUSION_FIELD", "TOKENIZER_FILES", "CheckpointError", "added_tokens", "as_ids", "block_size",
-           "family_of", "mask_token_id", "read_json", "stop_ids", "token_id", "token_name", "tokenizer_setting"]
+__all__ = ["TOKENIZER_FILES", "CheckpointError", "added_tokens", "as_ids", "read_json", "token_id", "token_name",
+           "tokenizer_setting"]
 
 
 class CheckpointError(ValueError):
@@ -72,33 +66,6 @@ def token_name(local: Path, token: int) -> str | None:
         if name is None and (local / file).is_file():
             name = next((t for t, i in get(read_json(local / file)).items() if i == token), None)
     return name
-
-
-def block_size(local: Path, config: dict[str, Any], family: str, name: str, level: int = logging.WARNING) -> int | None:
-    """The checkpoint's diffusion block size: ``config.json``'s, else the family's fill-in (None for AR and for
-    WeDLM hub configs). A filled-in value is announced at ``level``; ``name``: the path or hub id given."""
-    if config.get("block_size") is not None:
-        return int(config["block_size"])
-    return get_family(family).default_block_size(local, config, name, level)
-
-
-def mask_token_id(local: Path, config: dict[str, Any], family: str, level: int = logging.WARNING) -> int | None:
-    """The checkpoint's mask id: ``config.json``'s, else the family's fill-in (None for AR checkpoints and unknown
-    SDAR ones). A filled-in value is announced at ``level``."""
-    if config.get("mask_token_id") is not None:
-        return int(config["mask_token_id"])
-    return get_family(family).default_mask_token_id(local, config, level)
-
-
-def stop_ids(local: Path, config: dict[str, Any], family: str) -> list[int]:
-    """Stop ids: ``generation_config.json`` ``eos_token_id`` (else ``config.json``'s), and the tokenizer's eos token
-    where the family stops at it (WeDLM)."""
-    gen = local / "generation_config.json"
-    stops = as_ids(read_json(gen).get("eos_token_id")) if gen.is_file() else []
-    stops = stops or as_ids(config.get("eos_token_id"))
-    if get_family(family).stops_at_tokenizer_eos and (eos := tokenizer_setting(local, "eos_token")) is not None:
-        stops += as_ids(token_id(local, eos))
-    return list(dict.fromkeys(stops))
 
 
 def as_ids(value: Any) -> list[int]:

@@ -1,7 +1,7 @@
 """The AR + diffusion hybrid in the engine: greedy speculative decoding on static caches and CUDA graphs, one row at
 a time (batch 1, where an AR forward is all weight reads and reading a draft costs it little more than one token).
 
-The rounds are :class:`~textwm.generation.speculative.SpeculativeRounds`' (the answers are the AR verifier's greedy
+The rounds are :class:`~textwm.generation.speculative_rounds.SpeculativeRounds`' (the answers are the AR verifier's greedy
 ones whatever the drafter writes); what this class changes is what each round costs:
 
 * **the verifier** is a :class:`~textwm.generation.engine.static_model.StaticModel` of one row. A round feeds the
@@ -30,7 +30,7 @@ from textwm.generation.engine.core import DecodeEngine, has_experts
 from textwm.generation.engine.graphs import GraphedForward, kv_buckets
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.settings import DecodeSettings
-from textwm.generation.speculative import SpeculativeRounds
+from textwm.generation.speculative_rounds import SpeculativeRounds
 from textwm.models.families import get_family
 
 #: The drafter's prefix-cache block at least (tokens): the most of its context a round prefills again.
