@@ -425,8 +425,10 @@ def test_anchored_rows_are_refused_where_the_rules_cannot_keep_them(sdar, ar, pr
 
 # --- prefix cache --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("family", "rules"), [("ar", None), ("sdar", "generate"), ("sdar", "lmdeploy"),
-                                               ("wedlm", None)])
+FAMILIES_AND_RULES = [("ar", None), ("sdar", "generate"), ("sdar", "lmdeploy"), ("wedlm", None)]
+
+
+@pytest.mark.parametrize(("family", "rules"), FAMILIES_AND_RULES)
 def test_a_cached_prefix_decodes_as_a_prompt_prefilled_whole(family, rules, sdar, wedlm, ar, prompts):
     """Prompts that share prefixes (a GRPO group, a growing episode): greedy, the engine with its prefix cache
     decodes what the reference decoder does, and the second pass over the same prompts finds their prefixes."""
@@ -451,6 +453,36 @@ def test_a_cached_prefix_decodes_as_a_prompt_prefilled_whole(family, rules, sdar
     small = DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=96, prefix_cache_tokens=16, prefix_block_tokens=8)
     assert outcome(small.generate(shared + shared, settings)) == outcome(ref + ref)
     assert len(small.prefix_cache.index) <= 2
+
+
+@pytest.mark.parametrize(("family", "rules"), FAMILIES_AND_RULES)
+@pytest.mark.parametrize("graph_tokens", [0, 256])
+def test_a_grpo_group_prefills_each_prompt_once_and_bucketed_prefills_are_exact(family, rules, graph_tokens, sdar,
+                                                                                 wedlm, ar, prompts):
+    """A group's turn joins together: identical prompts are computed once and copied, prompts sharing new blocks
+    take two passes, and (``graph_tokens``) the prefills run padded to bucketed shapes, padding rows included;
+    greedy, every answer is the reference decoder's, with and without the cache."""
+    lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
+    settings = DecodeSettings(gen_length=9, temperature=0, block_length=4, denoising_steps=2,
+                              confidence_threshold=0.3, window_size=4, entropy_threshold=4.6,
+                              **({"sdar_rules": rules} if rules else {}))
+    start = prompts[3] + prompts[6]                                     # 33 tokens
+    turn_1 = [start] * 3                                                # 3 rows: a padding row in the bucket of 4
+    turn_2 = [start + prompts[0], start + prompts[0], start + prompts[1], start[:20] + prompts[2], start + prompts[1]]
+    ref = reference_decoder(lm.model, lm.spec).generate(turn_1 + turn_2, settings)
+    computed = {}
+    for cache_tokens in (64, 0):
+        engine = DecodeEngine(lm.model, lm.spec, max_rows=5, max_len=96, prefix_cache_tokens=cache_tokens,
+                              prefix_block_tokens=8, prefill_graph_tokens=graph_tokens)
+        assert outcome(engine.generate(turn_1, settings) + engine.generate(turn_2, settings)) == outcome(ref)
+        stats = engine.prompt_stats
+        assert stats.computed_tokens + stats.hit_tokens == stats.prompt_tokens
+        computed[cache_tokens] = stats.computed_tokens
+    if family != "sdar":   # (SDAR prefills its prompts' whole blocks only.) Turn 1 computes its prompt once, turn 2
+        distinct = [turn_2[0], turn_2[2], turn_2[3]]   # each distinct prompt past start's cached blocks
+        assert computed[64] == len(start) + sum(map(len, distinct)) - 32 - 32 - 16
+        assert computed[0] == sum(map(len, turn_1 + turn_2))
+    assert 2 * computed[64] < computed[0]
 
 
 def test_the_prefix_cache_keys_blocks_by_tokens_and_attention_rule_and_evicts_the_oldest():

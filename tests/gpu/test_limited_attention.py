@@ -116,3 +116,25 @@ def test_auto_attention_is_the_kernel_on_cuda_and_sdpa_for_float64(tiny_ar_dir):
     assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32).net.attention == "sdpa"
     with pytest.raises(ValueError, match="attention=limited cannot run here: dtype torch.float64"):
         DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32, attention="limited")
+
+
+@pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
+def test_grpo_joins_through_prefill_graphs_decode_as_the_reference(family, tiny_sdar_dir, tiny_wedlm_dir,
+                                                                   tiny_ar_dir):
+    """A group's turns joining together (repeats, shared new blocks, cached prefixes) prefill through bucketed
+    CUDA graphs captured by the warm-up: no capture while decoding, and the reference decoder's answers."""
+    path = {"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[family]
+    lm = load_model(path, device="cuda", dtype="float32")
+    lm = {"sdar": untie_head, "wedlm": sharpen_head}.get(family, lambda x: x)(lm)
+    settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2, window_size=8)
+    start = _prompts(lm)[6] * 2                                                     # 32 tokens
+    turns = [[start] * 3, [[*start, 11, 12], [*start, 11, 12], start + [13] * 20, start[:20] + [14] * 5]]
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=128, attention="limited", prefix_block_tokens=16)
+    assert engine.prefill.graph_tokens > 0
+    engine.warm_up(settings)
+    warmed = engine.num_graphs
+    decoder = reference_decoder(lm.model, lm.spec)
+    for prompts in turns:
+        got, ref = engine.generate(prompts, settings), decoder.generate(prompts, settings)
+        assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
+    assert engine.num_graphs == warmed and engine.prompt_stats.hit_tokens > 0

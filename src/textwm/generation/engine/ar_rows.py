@@ -51,8 +51,7 @@ class ARRows(Rows):
         idx = torch.tensor(slots, device=self.device)
         for slot, p in zip(slots, prompts):
             self.mark_seen(slot, p)
-        logits = self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id,            # [n, V]
-                                       prefix_cache=self.ctx.prefix_cache)
+        logits = self.ctx.prefill(slots, prompts, pad_id=self.ctx.pad_id)               # [n, V]
         self.count_forward(slots)
         self.pos[idx] = torch.tensor([len(p) - 1 for p in prompts], device=self.device)   # _advance moves it on
         self.host_pos.update((slot, len(p) - 1) for slot, p in zip(slots, prompts))

@@ -43,6 +43,7 @@ from textwm.generation.anchors import Layout
 from textwm.generation.base import Generation
 from textwm.generation.engine.families import RowsContext, capacity_slack, rows_class
 from textwm.generation.engine.graphs import GraphedForward, kv_buckets, row_buckets
+from textwm.generation.engine.prefill import Prefiller
 from textwm.generation.engine.prefix_cache import BLOCK_TOKENS, PrefixCache, PrefixStats
 from textwm.generation.engine.rows import MAX_BLOCK_OR_WINDOW
 from textwm.generation.engine.static_model import StaticModel
@@ -56,6 +57,9 @@ BLAS_CHOICES = ("auto", "cublas", "cublaslt", "default")
 
 #: The prefix cache's default size cap in tokens (Qwen3-8B: 147 KB of K/V a token, 9.6 GB for 65,536).
 DEFAULT_PREFIX_TOKENS = 65536
+#: Prefills of at most this many tokens (rows x width, bucketed) replay a CUDA graph: a GRPO join after its cached
+#: prefixes, or a few new prompts joining a small model's rows, cost one replay instead of every layer's launches.
+PREFILL_GRAPH_TOKENS = 2048
 
 
 class EngineFull(RuntimeError):
@@ -102,12 +106,16 @@ class DecodeEngine:
             (:mod:`textwm.generation.engine.prefix_cache`); None: a quarter of the tokens the rows hold, at most
             :data:`DEFAULT_PREFIX_TOKENS`; 0: no prefix cache.
         prefix_block_tokens: the prefix cache's block (an SDAR block length that does not divide it caches nothing).
+        prefill_graph_tokens: a prefill of at most this many tokens, rows and width bucketed, runs as one forward of
+            its bucketed shape, a CUDA graph with graphs (:mod:`textwm.generation.engine.prefill`); None:
+            :data:`PREFILL_GRAPH_TOKENS` where the engine has graphs and the limited kernel, else 0 (eager and
+            unpadded: the CPU gains nothing from padding).
     """
 
     def __init__(self, model: Any, spec: ModelSpec, *, pad_token_id: int | None = None, max_rows: int = 64,
                  max_len: int = 4096, cuda_graphs: bool | None = None, attention: str = "auto",
                  fused: bool | None = None, blas: str = "auto", prefix_cache_tokens: int | None = None,
-                 prefix_block_tokens: int = BLOCK_TOKENS):
+                 prefix_block_tokens: int = BLOCK_TOKENS, prefill_graph_tokens: int | None = None):
         rows_class(spec)   # a family the registry knows (else the error names those it does)
         if get_family(spec.family).masked and spec.mask_token_id is None:
             spec.require_diffusion(1)   # raises the explanatory error
@@ -130,6 +138,9 @@ class DecodeEngine:
         if cuda_graphs is None:
             cuda_graphs = self.net.device.type == "cuda" and not has_experts(model)
         self.forward = GraphedForward(self.net, enabled=cuda_graphs)
+        if prefill_graph_tokens is None:
+            prefill_graph_tokens = PREFILL_GRAPH_TOKENS if cuda_graphs and self.net.attention == "limited" else 0
+        self.prefill = Prefiller(self.net, self.forward, self.prefix_cache, graph_tokens=prefill_graph_tokens)
         on_cuda = self.net.device.type == "cuda"
         self.blas = None if blas == "default" or not on_cuda else ("cublaslt" if blas == "auto" else blas)
         self._keys: list[Hashable | None] = [None] * max_rows
@@ -149,7 +160,7 @@ class DecodeEngine:
     @property
     def prompt_stats(self) -> PrefixStats:
         """Prompt tokens prefilled, found in the prefix cache, and computed, since the engine was built."""
-        return self.net.prompt_stats
+        return self.prefill.stats
 
     @property
     def free_rows(self) -> int:
@@ -229,7 +240,7 @@ class DecodeEngine:
         if settings.seed is not None:
             gen = torch.Generator(device=self.net.device).manual_seed(settings.seed)
         ctx = RowsContext(net=self.net, forward=self.forward, spec=self.spec, pad_id=self.pad_id,
-                          settings=settings, generator=gen, prefix_cache=self.prefix_cache)
+                          settings=settings, generator=gen, prefill=self.prefill)
         self._rows = rows_class(self.spec)(ctx)
         if gen is None:
             self._idle_rows[settings.step_key()] = self._rows
@@ -339,6 +350,8 @@ class DecodeEngine:
             self._start(settings)
             with _preferred_blas(self.blas), torch.no_grad():
                 self._rows.warm_graphs(row_buckets(self.max_rows), kv_buckets(self.net.capacity))
+                for rows, width in self.prefill.shapes():
+                    self.forward.warm_prefill(rows, width)
             self._sync()
         # The stats describe serving: the warm-up's decoding is counted in warm_up_s alone.
         self.stats = EngineStats(warm_up_s=self.stats.warm_up_s + time.perf_counter() - started)

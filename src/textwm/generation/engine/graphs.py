@@ -6,6 +6,8 @@ replayed for one Qwen3-8B forward at batch 1). :class:`GraphedForward` captures
 ``(rows bucket, query length, kv_len bucket, logits_from)`` on first use and replays it afterwards; the
 caller's tensors are copied into the graph's static inputs first. Shapes are bucketed so that few graphs
 cover all batches: rows up to the next power of two, kv_len up to the next multiple of :data:`KV_BUCKET`.
+A prefill's forward (:meth:`GraphedForward.prefill`: rows it names, logits of each row's last token) is a graph
+per ``(rows, width)`` too, the shapes bucketed by :mod:`textwm.generation.engine.prefill`.
 
 Capture runs the forward for real first (warm-up on a side stream, as CUDA graphs require) with the
 caller's inputs already in place; the forward writes only its own columns and is a pure function of its
@@ -56,10 +58,11 @@ class GraphedForward:
         if enabled and net.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.net, self.enabled = net, enabled
-        self._graphs: dict[tuple[int, int, int, int], tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
                                                             torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle() if enabled else None
-        self._outputs: dict[int, torch.Tensor] = {}   # logits width -> [max_rows, width, V]
+        # logits width (or ("prefill", 1)) -> [max_rows, width, V]
+        self._outputs: dict[int | tuple[str, int], torch.Tensor] = {}
         self._step_graphs: list[torch.cuda.CUDAGraph] = []
         #: True while :meth:`capture_step` runs or captures a step: the step calls ``net.forward`` itself.
         self.capturing = False
@@ -128,20 +131,61 @@ class GraphedForward:
         graph.replay()
         return out
 
-    def _capture(self, key: tuple[int, int, int, int], inputs: tuple[torch.Tensor, ...]):
-        _, _, kv_len, logits_from = key
+    def prefill(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor,
+                rows: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """A prefill forward of engine rows ``rows [B]`` (:meth:`StaticModel.forward` with ``rows`` and ``last``,
+        over the whole cache: the attention reads each row up to its limits only), replayed as the graph of
+        its shape ``[B, Q]`` when ``enabled``: the logits ``[B, 1, V]``, valid until the next prefill."""
+        if not self.enabled:
+            return self.net.forward(ids, positions, cols, limits, kv_len=self.net.capacity, rows=rows, last=last)
+        key = ("prefill", *ids.shape)
+        inputs = (ids, positions, cols, limits, rows, last)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._capture(key, inputs)
+        else:
+            for static, given in zip(entry[1], inputs):
+                static.copy_(given)
+        graph, _, out = entry
+        graph.replay()
+        return out
+
+    def warm_prefill(self, rows: int, q: int) -> None:
+        """Capture the prefill graph of shape ``[rows, q]`` now, with placeholder inputs; engine rows
+        ``0..rows-1`` must be free (their columns ``0..q-1`` are written). Eager: the forward runs once."""
+        dev, cap = self.net.device, self.net.capacity
+        cols = torch.arange(q, device=dev).clamp(max=cap - 1).expand(rows, q).contiguous()
+        engine_rows = torch.arange(rows, device=dev) % self.net.rows
+        inputs = (torch.zeros((rows, q), dtype=torch.long, device=dev), cols, cols, cols + 1, engine_rows,
+                  torch.zeros(rows, dtype=torch.long, device=dev))
+        key = ("prefill", rows, q)
+        if not self.enabled:
+            self.prefill(*inputs)
+        elif key not in self._graphs:
+            self._graphs[key] = self._capture(key, inputs)
+
+    def _capture(self, key: tuple, inputs: tuple[torch.Tensor, ...]):
+        """Capture the forward of shape ``key`` (``(rows, q, kv_len, logits_from)``, or ``("prefill", rows, q)``)
+        with clones of ``inputs`` as its static inputs: (graph, static inputs, output)."""
         static = tuple(t.clone() for t in inputs)
+        if key[0] == "prefill":
+            rows, width = key[1], 1
+            kwargs = {"kv_len": self.net.capacity, "rows": static[4], "last": static[5]}
+            static_args, buffer = static[:4], ("prefill", 1)
+        else:
+            rows, width = key[0], key[1] - key[3]
+            kwargs = {"kv_len": key[2], "logits_from": key[3]}
+            static_args, buffer = static, width
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
-            self.net.forward(*static, kv_len=kv_len, logits_from=logits_from)   # warm-up (idempotent)
+            self.net.forward(*static_args, **kwargs)   # warm-up (idempotent)
         torch.cuda.current_stream().wait_stream(stream)
-        rows, width = key[0], key[1] - logits_from
-        if width not in self._outputs:
-            self._outputs[width] = torch.empty((self.net.rows, width, self.net.vocab_size), dtype=self.net.dtype,
-                                               device=self.net.device)
-        out = self._outputs[width][:rows]
+        if buffer not in self._outputs:
+            self._outputs[buffer] = torch.empty((self.net.rows, width, self.net.vocab_size), dtype=self.net.dtype,
+                                                device=self.net.device)
+        out = self._outputs[buffer][:rows]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
-            out.copy_(self.net.forward(*static, kv_len=kv_len, logits_from=logits_from))
+            out.copy_(self.net.forward(*static_args, **kwargs))
         return graph, static, out

@@ -27,7 +27,7 @@ import torch
 
 from textwm.generation.base import Generation
 from textwm.generation.engine.graphs import GraphedForward, row_bucket
-from textwm.generation.engine.prefix_cache import PrefixCache
+from textwm.generation.engine.prefill import Prefiller
 from textwm.generation.engine.static_model import StaticModel
 from textwm.generation.sampling import RowParams
 from textwm.generation.settings import DecodeSettings
@@ -75,8 +75,8 @@ class RowsContext:
     pad_id: int
     settings: DecodeSettings
     generator: torch.Generator | None
-    #: The engine's cache of prompt-prefix K/V (None: every prompt is prefilled whole).
-    prefix_cache: PrefixCache | None = None
+    #: The engine's prefills of joining rows (prefix cache, bucketed graphs).
+    prefill: Prefiller
 
 
 class Rows:

@@ -95,9 +95,8 @@ class SDARRows(Rows):
         full = [len(p) // blk * blk for p in prompts]
         pre = [i for i, f in enumerate(full) if f > 0]
         if pre:
-            self.ctx.net.prefill(torch.tensor([slots[i] for i in pre], device=dev),
-                                 [prompts[i][:full[i]] for i in pre], block=blk, pad_id=self.ctx.pad_id,
-                                 prefix_cache=self.ctx.prefix_cache)
+            self.ctx.prefill([slots[i] for i in pre], [prompts[i][:full[i]] for i in pre], block=blk,
+                             pad_id=self.ctx.pad_id)
             self.count_forward([slots[i] for i in pre])
         # Each joining row's block (its prompt's tail, then masks) and counters, in one host-to-device copy:
         # [n, blk + 3] = block | column 0 | appendable (lmdeploy) | generated-from (the tail's length).

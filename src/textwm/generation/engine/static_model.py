@@ -34,7 +34,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from textwm.generation.engine.fused_layers import FusedLayers, ModuleLayers, NotFusable, check_fusable
 from textwm.generation.engine.limited_attention import limited_attention, supports
-from textwm.generation.engine.prefix_cache import PrefixCache, PrefixStats
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +111,6 @@ class StaticModel:
         # Indexed one by one, not unbind(): unbind's views may not be written in place where autograd is on.
         self.keys = [self.all_keys[i] for i in range(len(self.layers))]
         self.values = [self.all_values[i] for i in range(len(self.layers))]
-        #: Prompt tokens prefilled, found in a prefix cache, and computed, since the model was built.
-        self.prompt_stats = PrefixStats()
 
     @property
     def vocab_size(self) -> int:
@@ -137,127 +134,72 @@ class StaticModel:
         return torch.matmul(probs, v).reshape(b, h, nq, d)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor, *,
-                kv_len: int, logits_from: int = 0) -> torch.Tensor:
-        """One decode forward of engine rows ``0..B-1``.
+                kv_len: int, logits_from: int = 0, rows: torch.Tensor | None = None,
+                last: torch.Tensor | None = None) -> torch.Tensor:
+        """One forward of engine rows ``0..B-1`` (a decode step), or of engine rows ``rows`` (a prefill).
 
         Args:
             ids, positions, cols, limits: ``[B, Q]`` token ids, RoPE positions, cache columns to write the
                 tokens' K/V at, and visibility limits (module docstring).
             kv_len: attend over cache columns ``[0, kv_len)``; at least ``limits.max()``.
             logits_from: return the logits of queries ``logits_from..Q-1`` only.
+            rows: ``[B]`` the engine row each batch row writes and reads (default ``0..B-1``). Rows may repeat
+                when all but one of them write only columns no query of theirs reads before rewriting them
+                (a prefill's padding rows).
+            last: ``[B]`` return the logits of query ``last[b]`` of each row only (a prefill's last tokens);
+                overrides ``logits_from``.
 
         Returns:
-            logits ``[B, Q - logits_from, V]`` in the model's dtype.
+            logits ``[B, Q - logits_from, V]`` (``[B, 1, V]`` with ``last``) in the model's dtype.
         """
         b, nq = ids.shape
         h = self.inner.embed_tokens(ids)
         cos, sin = self.inner.rotary_emb(h, positions)
         visible = None if self.attention == "limited" else \
             torch.arange(kv_len, device=ids.device)[None, None, None, :] < limits[:, None, :, None]
-        index = cols[:, None, :, None].expand(b, self.n_kv, nq, self.head_dim)
+        if rows is None:
+            index = cols[:, None, :, None].expand(b, self.n_kv, nq, self.head_dim)
         math = self.layer_math
         x = math.input_norm(h)
         for i, layer in enumerate(self.layers):
             q, k, v = math.qkv_of(i, x, cos, sin)                    # [B, Q, heads, D]
-            keys, values = self.keys[i][:b], self.values[i][:b]
-            keys.scatter_(2, index, k.transpose(1, 2))
-            values.scatter_(2, index, v.transpose(1, 2))
-            o = self._attend(q.transpose(1, 2), keys[:, :, :kv_len], values[:, :, :kv_len], limits, visible,
-                             layer.self_attn.scaling)
+            scale = layer.self_attn.scaling
+            if rows is None:
+                keys, values = self.keys[i][:b], self.values[i][:b]
+                keys.scatter_(2, index, k.transpose(1, 2))
+                values.scatter_(2, index, v.transpose(1, 2))
+                o = self._attend(q.transpose(1, 2), keys[:, :, :kv_len], values[:, :, :kv_len], limits, visible,
+                                 scale)
+            else:
+                self.keys[i][rows[:, None], :, cols] = k              # [B, Q, H_kv, D] at (row, column)
+                self.values[i][rows[:, None], :, cols] = v
+                o = self._attend_rows(i, q.transpose(1, 2), rows, limits, visible, kv_len, scale)
             h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))   # x: the next layer's (or final) norm
+        if last is not None:
+            return self.model.lm_head(x[torch.arange(b, device=x.device), last][:, None])
         return self.model.lm_head(x[:, logits_from:])
 
+    def _attend_rows(self, layer: int, q: torch.Tensor, rows: torch.Tensor, limits: torch.Tensor,
+                     visible: torch.Tensor | None, kv_len: int, scale: float) -> torch.Tensor:
+        """``q [B, H, Q, D]`` of engine rows ``rows [B]`` over their columns ``[0, kv_len)`` of ``layer``:
+        ``[B, H, Q, D]``. The limited kernel reads the rows in place; the other paths read them gathered."""
+        keys, values = self.keys[layer][:, :, :kv_len], self.values[layer][:, :, :kv_len]
+        if self.attention == "limited":
+            return limited_attention(q, keys, values, limits, scale=scale, rows=rows)
+        return self._attend(q, keys[rows], values[rows], limits, visible, scale)
+
     def prefill(self, slots: torch.Tensor, prompts: list[list[int]], *, block: int | None = None,
-                pad_id: int = 0, prefix_cache: PrefixCache | None = None) -> torch.Tensor:
-        """Write the K/V of ``prompts`` at columns ``0..len-1`` of engine rows ``slots [n]``.
+                pad_id: int = 0) -> torch.Tensor:
+        """Write the K/V of whole ``prompts`` at columns ``0..len-1`` of engine rows ``slots [n]``, eagerly.
 
         Causal attention, or block-causal (bidirectional inside blocks of ``block``: SDAR) when ``block``
         is given; prompts are right-padded, which no real query sees under either mask. Returns the
-        logits ``[n, V]`` of each prompt's last token (the first token of an AR continuation).
-
-        With a ``prefix_cache``, each prompt's longest cached prefix (whole blocks, the last token always left to
-        compute) is copied into its row, only the rest is computed, attending to it, and the prompt's new whole
-        blocks are kept (:mod:`textwm.generation.engine.prefix_cache`). Prompts of one prefill that share blocks the
-        cache does not hold yet take two passes: the first prompt of each such set computes them, the others
-        find them in the cache.
+        logits ``[n, V]`` of each prompt's last token (the first token of an AR continuation). The engine's
+        prefills, with the prefix cache and CUDA graphs, are :class:`~textwm.generation.engine.prefill.Prefiller`'s.
         """
-        starts, chains = [0] * len(prompts), None
-        if prefix_cache is not None and block is not None and prefix_cache.block_tokens % block:
-            prefix_cache = None    # a cached block would end inside an SDAR block, whose K/V see past it
-        if prefix_cache is not None:
-            chains = [prefix_cache.chain(p, len(p) - 1, block) for p in prompts]
-            found = [prefix_cache.lookup(keys) for keys in chains]
-            followers = _followers(chains, found)
-            if followers:
-                # Prompts that share a block no cache holds yet (a GRPO group's first turn): the first of them
-                # computes it, the others find it, in a second prefill.
-                lead = [i for i in range(len(prompts)) if i not in followers]
-                out = [self.prefill(slots[rows], [prompts[i] for i in rows], block=block, pad_id=pad_id,
-                                    prefix_cache=prefix_cache) for rows in (lead, sorted(followers))]
-                return torch.cat(out)[torch.tensor(lead + sorted(followers)).argsort().to(out[0].device)]
-            prefix_cache.load(self.all_keys, self.all_values, slots.tolist(), found)
-            starts = [len(blocks) * prefix_cache.block_tokens for blocks in found]
-        lengths = [len(p) - s for p, s in zip(prompts, starts)]
-        self.prompt_stats.prompt_tokens += sum(len(p) for p in prompts)
-        self.prompt_stats.hit_tokens += sum(starts)
-        self.prompt_stats.computed_tokens += sum(lengths)
-        per_chunk = max(1, PREFILL_TOKENS // max(lengths))
-        last = []
-        for start in range(0, len(prompts), per_chunk):
-            chunk = slice(start, start + per_chunk)
-            if any(starts[chunk]):
-                last.append(self._prefill_after(slots[chunk], prompts[chunk], starts[chunk], block, pad_id))
-            else:
-                last.append(self._prefill_chunk(slots[chunk], prompts[chunk], block, pad_id))
-        if prefix_cache is not None:
-            prefix_cache.store(chains, [s // prefix_cache.block_tokens for s in starts], self.all_keys, self.all_values,
-                               slots.tolist())
-        return torch.cat(last)
-
-    def _prefill_after(self, slots: torch.Tensor, prompts: list[list[int]], starts: list[int], block: int | None,
-                       pad_id: int) -> torch.Tensor:
-        """:meth:`_prefill_chunk` for prompts whose first ``starts[i]`` columns hold their K/V already: the rest
-        is computed at its columns, attending to those (same masks)."""
-        n, dev = len(prompts), self.device
-        width = max(len(p) - s for p, s in zip(prompts, starts))
-        total = min(max(starts) + width, self.capacity)        # columns the queries (padding included) reach
-        ids = torch.full((n, width), pad_id, dtype=torch.long)
-        for i, (p, s) in enumerate(zip(prompts, starts)):
-            ids[i, :len(p) - s] = torch.tensor(p[s:], dtype=torch.long)
-        ids = ids.to(dev)
-        col = torch.tensor(starts, device=dev)[:, None] + torch.arange(width, device=dev)[None, :]   # [n, width]
-        h = self.inner.embed_tokens(ids)
-        cos, sin = self.inner.rotary_emb(h, col)
-        limits = col + 1 if block is None else (col // block + 1) * block                 # [n, width]
-        write_col = col.clamp(max=self.capacity - 1)
-        rows = slots[:, None]
-        math = self.layer_math
-        x = math.input_norm(h)
-        for i, layer in enumerate(self.layers):
-            q, k, v = (t.transpose(1, 2) for t in math.qkv_of(i, x, cos, sin))   # [n, heads, width, D]
-            # The rows' new columns into the cache ([n, width, H_kv, D] at (row, column)), then attention over
-            # the rows' columns up to each query's limit.
-            self.keys[i][rows, :, write_col] = k.transpose(1, 2)
-            self.values[i][rows, :, write_col] = v.transpose(1, 2)
-            o = self._attend_rows(i, q, slots, limits, total, layer.self_attn.scaling)
-            h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
-        last = torch.tensor([len(p) - s - 1 for p, s in zip(prompts, starts)], device=dev)
-        return self.model.lm_head(x[torch.arange(n, device=dev), last])
-
-    def _attend_rows(self, layer: int, q: torch.Tensor, slots: torch.Tensor, limits: torch.Tensor, total: int,
-                     scale: float) -> torch.Tensor:
-        """``q [n, H, Q, D]`` of engine rows ``slots [n]`` over their cached columns ``[0, total)`` of ``layer``,
-        query ``i`` of row ``b`` seeing columns ``j < limits[b, i]``: ``[n, H, Q, D]``. The limited kernel reads
-        the rows in place; SDPA needs them gathered, KV heads repeated, and the mask."""
-        if self.attention == "limited":
-            return limited_attention(q, self.keys[layer][:, :, :total], self.values[layer][:, :, :total], limits,
-                                     scale=scale, rows=slots)
-        keys, values = self.keys[layer][slots, :, :total], self.values[layer][slots, :, :total]   # copies
-        if self.n_heads != self.n_kv:
-            keys, values = (t.repeat_interleave(self.n_heads // self.n_kv, dim=1) for t in (keys, values))
-        visible = torch.arange(total, device=q.device)[None, None, None, :] < limits[:, None, :, None]
-        with sdpa_kernel(PREFILL_SDPA_BACKENDS, set_priority=True):
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=scale)
+        per_chunk = max(1, PREFILL_TOKENS // max(map(len, prompts)))
+        return torch.cat([self._prefill_chunk(slots[s:s + per_chunk], prompts[s:s + per_chunk], block, pad_id)
+                          for s in range(0, len(prompts), per_chunk)])
 
     def _prefill_chunk(self, slots: torch.Tensor, prompts: list[list[int]], block: int | None,
                        pad_id: int) -> torch.Tensor:
@@ -284,21 +226,6 @@ class StaticModel:
             h, x = math.finish(i, h, o.transpose(1, 2).flatten(2))
         last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
         return self.model.lm_head(x[torch.arange(len(prompts), device=self.device), last])
-
-
-def _followers(chains: list[list[bytes]], found: list[list[int]]) -> set[int]:
-    """Prompts whose first uncached block an earlier prompt of the same prefill computes too (``chains``: each
-    prompt's block keys, ``found``: its cached leading blocks)."""
-    computed: set[bytes] = set()
-    followers = set()
-    for i, (keys, hit) in enumerate(zip(chains, found)):
-        if len(hit) == len(keys):
-            continue
-        if keys[len(hit)] in computed:
-            followers.add(i)
-        else:
-            computed.update(keys[len(hit):])
-    return followers
 
 
 def _layer_math(model: Any, fused: bool | None, **shape: int) -> FusedLayers | ModuleLayers:

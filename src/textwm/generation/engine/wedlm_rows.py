@@ -78,7 +78,7 @@ class WeDLMRows(Rows):
              settings: list[DecodeSettings], layouts: list[Layout | None] | None = None) -> list[Update]:
         self.start_rows(slots, settings)
         idx = torch.tensor(slots, device=self.device)
-        self.ctx.net.prefill(idx, prompts, pad_id=self.ctx.pad_id, prefix_cache=self.ctx.prefix_cache)
+        self.ctx.prefill(slots, prompts, pad_id=self.ctx.pad_id)
         self.count_forward(slots)
         self.length[idx] = torch.tensor([len(p) for p in prompts], device=self.device)
         self.host_length.update((slot, len(p)) for slot, p in zip(slots, prompts))
