@@ -74,6 +74,9 @@ class ServerConfig:
     max_model_len: int = option(8192, "prompt + max_tokens limit")
     prefix_cache: bool = option(True, "--scheduler continuous: keep the K/V of prompt prefixes for the prompts that "
                                       "start the same way (--no-prefix-cache: prefill every prompt whole)")
+    prefill_graph_tokens: int | None = option(None, "--scheduler continuous on CUDA: prefills of at most this many "
+                                                    "tokens (rows and width bucketed) replay a CUDA graph (default: "
+                                                    "2048 with the limited-attention kernel; 0: eager prefills)")
     warm_every_shape: bool = option(True, "--scheduler continuous on CUDA: capture the graph of every row bucket and "
                                           "kv bucket before /health answers (--no-warm-every-shape: the smallest "
                                           "only, the rest while the first requests wait)")
@@ -101,7 +104,7 @@ class ServerConfig:
             defaults=self.decode, max_batch_size=self.max_batch_size, max_queue=self.max_queue,
             batch_wait_ms=self.batch_wait_ms, join_min_rows=self.join_min_rows, join_wait_ms=self.join_wait_ms,
             max_model_len=self.max_model_len, scheduler=self.scheduler, prefix_cache=self.prefix_cache,
-            warm_every_shape=self.warm_every_shape,
+            prefill_graph_tokens=self.prefill_graph_tokens, warm_every_shape=self.warm_every_shape,
             max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars, max_messages=self.max_messages,
             allow_client_chat_template=self.allow_client_chat_template)
 

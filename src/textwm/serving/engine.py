@@ -122,6 +122,9 @@ class EngineConfig:
     #: Continuous scheduler: keep prompt prefixes' K/V for the next prompts that start the same way
     #: (``textwm.generation.engine.prefix_cache``).
     prefix_cache: bool = True
+    #: Continuous scheduler: prefills of at most this many tokens, bucketed, replay a CUDA graph
+    #: (``textwm.generation.engine.prefill``); None: the engine's default; 0: eager.
+    prefill_graph_tokens: int | None = None
     #: Continuous scheduler on CUDA: capture every row bucket's and kv bucket's graph before serving
     #: (``DecodeEngine.warm_up``); False: the smallest ones only, the rest on first use.
     warm_every_shape: bool = True
@@ -201,7 +204,8 @@ class Engine:
             def make_engine() -> Any:
                 engine = DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
                                       max_rows=c.max_batch_size, max_len=c.max_model_len,
-                                      prefix_cache_tokens=None if c.prefix_cache else 0)
+                                      prefix_cache_tokens=None if c.prefix_cache else 0,
+                                      prefill_graph_tokens=c.prefill_graph_tokens)
                 if engine.net.device.type == "cuda":   # compiles and graph captures before the first request
                     engine.warm_up(c.defaults, every_shape=c.warm_every_shape)
                     log.info("warm-up: %d CUDA graphs in %.1f s", engine.num_graphs, engine.stats.warm_up_s)

@@ -19,6 +19,8 @@ in the reference decoders).
 
 Prompts that start the same way share their prefill: a prompt's longest cached prefix is copied into its row and
 only the rest is computed (:mod:`textwm.generation.engine.prefix_cache`; ``prefix_cache_tokens=0`` turns it off).
+The rest of a join's prompts runs as one forward of a bucketed shape, a CUDA graph where the engine has graphs
+(:mod:`textwm.generation.engine.prefill`).
 
 A request may bring a response template's layout (:mod:`textwm.generation.anchors`): its row decodes the
 template's canvas, anchors kept (:mod:`textwm.generation.engine.anchor_table`), beside rows without one.
@@ -331,9 +333,11 @@ class DecodeEngine:
 
         First the layer functions, for prefills of one and of two rows (dynamo specialises a size of 1), the
         prefix cache's paths and the decode graphs of the smallest row buckets, by decoding placeholder prompts
-        under ``settings``' step structure. With ``every_shape``, then the forward (or whole-step) graph of every row bucket and every kv
-        bucket that structure can run (:meth:`Rows.warm_graphs <textwm.generation.engine.rows.Rows.warm_graphs>`),
-        so that no request waits for a capture; requests of another step structure still capture theirs on first
+        under ``settings``' step structure. With ``every_shape``, then the forward (or whole-step) graph of every row
+        bucket and every kv bucket that structure can run (:meth:`Rows.warm_graphs
+        <textwm.generation.engine.rows.Rows.warm_graphs>`) and every bucketed prefill's graph
+        (:meth:`Prefiller.shapes <textwm.generation.engine.prefill.Prefiller.shapes>`), so that no request waits for
+        a capture; requests of another step structure still capture theirs on first
         use. The engine must be idle.
         """
         if self.num_active:

@@ -18,6 +18,7 @@ into a joining row's columns, and only the rest of its prompt is prefilled (atte
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ class PrefixCache:
         keys, parent, bt = [], f"rule={rule}".encode(), self.block_tokens
         for start in range(0, usable - bt + 1, bt):
             digest = hashlib.blake2b(parent, digest_size=16)
-            digest.update(torch.tensor(prompt[start:start + bt], dtype=torch.int64).numpy().tobytes())
+            digest.update(array("q", prompt[start:start + bt]).tobytes())
             parent = digest.digest()
             keys.append(parent)
         return keys
