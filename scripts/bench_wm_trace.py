@@ -13,9 +13,9 @@ Each of ``--servers`` fresh servers replays ``--replays`` disjoint sets of ``--g
 other: the first replay meets a server that has served nothing, the later ones a warm one (their prompts are not
 the first's, so the cache holds only what they share with it). Printed per replay, and written to ``--out``:
 requests, failures (must be 0), generated and prompt tokens/s, p50 / p99 latency, and the prompt tokens the
-server took from its prefix cache (``/metrics``), beside the most any cache of 64-token blocks could have taken
-(every block whose whole prefix was sent before to the same server, earlier replays included, in the trace's order:
-an upper bound).
+server took from its prefix cache (``/metrics``), beside the most a server could have taken by sharing prefixes
+in 64-token blocks and repeated prompts whole (a prompt sent before, and every block whose whole prefix was sent
+before, to the same server, earlier replays included, in the trace's order: an upper bound).
 
     python scripts/bench_wm_trace.py --rows data/samples/sciworld_wm_train.jsonl --groups 4 --group-size 8 \\
         --concurrency 16 --max-tokens 16 --max-turns 6                         # CPU: a tiny random SDAR model
@@ -79,12 +79,18 @@ def rollouts_of(rows: list[dict], *, groups: int, group_size: int, seed: int, ma
 
 
 def shareable_tokens(prompts_ids: list[list[int]], block: int = BLOCK, seen: set[bytes] | None = None) -> int:
-    """Tokens of ``prompts_ids`` (in order) that an unbounded cache of ``block``-token blocks could serve: each
-    whole block whose chain of blocks up to it was sent before. The last token of a prompt is always computed.
-    ``seen``: the blocks sent before these prompts (earlier replays on the same server); it is added to."""
+    """Tokens of ``prompts_ids`` (in order) that a server sharing prefixes could serve: the whole of a prompt sent
+    before (the engine computes prompts that join together once), else each whole block whose chain of blocks up
+    to it was sent before (the last token of a prompt is always computed). ``seen``: the prompts and blocks sent
+    before these prompts (earlier replays on the same server); it is added to."""
     seen = set() if seen is None else seen
     total = 0
     for ids in prompts_ids:
+        whole = b"prompt" + hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
+        if whole in seen:
+            total += len(ids)
+            continue
+        seen.add(whole)
         key = hashlib.blake2b(digest_size=16)
         for start in range(0, (len(ids) - 1) // block * block, block):
             key.update(repr(ids[start:start + block]).encode())
@@ -139,7 +145,8 @@ async def replay(url: str, rollouts: list[list[list[dict]]], *, concurrency: int
 def cache_counters(port: int) -> dict[str, float]:
     """The native server's prompt-token counters, its CUDA graphs and warm-up seconds (``/metrics``)."""
     names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total", "cuda_graphs",
-             "warm_up_seconds", "prefill_seconds_total", "step_seconds_total")
+             "warm_up_seconds", "prefill_seconds_total", "step_seconds_total", "prefill_forwards_total",
+             "prefill_forwards_unbucketed_total")
     return server_metrics(port, {name: name for name in names})
 
 
@@ -256,14 +263,19 @@ def main(argv: list[str] | None = None) -> int:
                            warm_up_s=round(after["warm_up_seconds"], 2),
                            # where the engine's time went: prefills of joining rows, decode steps
                            prefill_s=round(after["prefill_seconds_total"] - before["prefill_seconds_total"], 2),
-                           step_s=round(after["step_seconds_total"] - before["step_seconds_total"], 2))
+                           step_s=round(after["step_seconds_total"] - before["step_seconds_total"], 2),
+                           # prefill forwards, and those eager at the prompts' shape (wider than a bucketed one)
+                           prefill_forwards=int(after["prefill_forwards_total"] - before["prefill_forwards_total"]),
+                           eager_prefills=int(after["prefill_forwards_unbucketed_total"]
+                                              - before["prefill_forwards_unbucketed_total"]))
                 runs.append(got)
                 print(f"server {s + 1} replay {r + 1}: {got['requests']} requests, {got['failed']} failed, "
                       f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} prompt "
                       f"tok/s, p50 {got['p50_ms']:7.1f} ms, p99 {got['p99_ms']:7.1f} ms, cache {got['cache_hit_share']:.3f}"
                       f" of prompt tokens (at most {got['upper_bound_share']:.3f}), {got['engine_steps_per_s']} steps/s, "
                       f"{got['graphs_captured']} graphs captured (warm-up {got['warm_up_s']} s), engine: prefill "
-                      f"{got['prefill_s']} s, steps {got['step_s']} s",
+                      f"{got['prefill_s']} s ({got['prefill_forwards']} forwards, {got['eager_prefills']} eager), "
+                      f"steps {got['step_s']} s",
                       flush=True)
         finally:
             process.stop()

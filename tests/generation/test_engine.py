@@ -456,7 +456,7 @@ def test_a_cached_prefix_decodes_as_a_prompt_prefilled_whole(family, rules, sdar
 
 
 @pytest.mark.parametrize(("family", "rules"), FAMILIES_AND_RULES)
-@pytest.mark.parametrize("graph_tokens", [0, 256])
+@pytest.mark.parametrize("graph_tokens", [0, 64, 256])
 def test_a_grpo_group_prefills_each_prompt_once_and_bucketed_prefills_are_exact(family, rules, graph_tokens, sdar,
                                                                                  wedlm, ar, prompts):
     """A group's turn joins together: identical prompts are computed once and copied, prompts sharing new blocks
@@ -477,6 +477,7 @@ def test_a_grpo_group_prefills_each_prompt_once_and_bucketed_prefills_are_exact(
         assert outcome(engine.generate(turn_1, settings) + engine.generate(turn_2, settings)) == outcome(ref)
         stats = engine.prompt_stats
         assert stats.computed_tokens + stats.hit_tokens == stats.prompt_tokens
+        assert stats.unbucketed_forwards == (stats.forwards if graph_tokens == 0 else 0)
         computed[cache_tokens] = stats.computed_tokens
     if family != "sdar":   # (SDAR prefills its prompts' whole blocks only.) Turn 1 computes its prompt once, turn 2
         distinct = [turn_2[0], turn_2[2], turn_2[3]]   # each distinct prompt past start's cached blocks

@@ -45,14 +45,15 @@ def test_rows_the_trace_cannot_use_are_named():
         trace.rollouts_of([row("a", 0, "x")], groups=2, group_size=1, seed=0)
 
 
-def test_the_bound_counts_whole_blocks_sent_before():
+def test_the_bound_counts_repeated_prompts_whole_and_else_whole_blocks_sent_before():
     first = list(range(150))
     assert trace.shareable_tokens([first]) == 0
-    assert trace.shareable_tokens([first, first]) == 128            # 2 whole blocks before the last token
+    assert trace.shareable_tokens([first, first]) == 150            # a repeat is shared whole
+    assert trace.shareable_tokens([first, [*first, 7]]) == 128      # 2 whole blocks before the last token
     assert trace.shareable_tokens([first, first[:64] + [999] * 86]) == 64
-    # The last token is always computed (the server's rule too): a block that holds it is not cacheable.
-    assert trace.shareable_tokens([first[:65], first[:65]]) == 64
-    assert trace.shareable_tokens([first[:64], first[:64]]) == 0
+    # The last token of a prompt that is no repeat is always computed: a block that holds it is not cacheable.
+    assert trace.shareable_tokens([first[:65], [*first[:65], 1]]) == 64
+    assert trace.shareable_tokens([first[:64], [*first[:64], 1]]) == 0
 
 
 @pytest.mark.slow           # a tiny server started, two replays: ~25 s on 2 cores

@@ -245,3 +245,5 @@ def test_prompts_that_start_the_same_way_reuse_the_prefix(loaded, prefix_cache):
                                                    "prompt_tokens_computed_total"))
     assert prompt > 2 * 64 and hits + computed == prompt
     assert (hits >= 64) if prefix_cache else (hits == 0)
+    # one prefill forward a request, at the prompt's own shape on the CPU (no bucketed prefills by default there)
+    assert counter("prefill_forwards_total") == counter("prefill_forwards_unbucketed_total") == 2

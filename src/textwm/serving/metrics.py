@@ -35,6 +35,10 @@ class ServerMetrics:
     prompt_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
     prompt_tokens_computed: int = 0
+    #: Prefill forwards the continuous engine ran, and those at the prompts' own shape (eager, past the bucketed
+    #: forwards' width).
+    prefill_forwards: int = 0
+    prefill_forwards_unbucketed: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     #: Rows in the decoder now (set by the worker thread).
@@ -107,6 +111,11 @@ class ServerMetrics:
                     self.prefix_cache_hit_tokens),
             *metric("prompt_tokens_computed_total", "counter", "Prompt tokens the prefills computed.",
                     self.prompt_tokens_computed),
+            *metric("prefill_forwards_total", "counter", "Prefill forwards the continuous engine ran.",
+                    self.prefill_forwards),
+            *metric("prefill_forwards_unbucketed_total", "counter",
+                    "Prefill forwards at the prompts' own shape (eager: wider than a bucketed forward).",
+                    self.prefill_forwards_unbucketed),
             *metric("queue_depth", "gauge", "Requests waiting for the decoder.", queue_depth),
             *metric("rows_running", "gauge", "Rows in the decoder now (batch occupancy).", self.rows_running),
             *metric("decode_steps_total", "counter", "Decoder steps run (batch scheduler: batches).", self.steps),

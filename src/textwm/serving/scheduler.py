@@ -301,6 +301,7 @@ class ContinuousScheduler:
         m, prompts, stats = self.metrics, self.engine.prompt_stats, self.engine.stats
         m.prompt_tokens, m.prefix_cache_hit_tokens, m.prompt_tokens_computed = (
             prompts.prompt_tokens, prompts.hit_tokens, prompts.computed_tokens)
+        m.prefill_forwards, m.prefill_forwards_unbucketed = prompts.forwards, prompts.unbucketed_forwards
         m.cuda_graphs, m.warm_up_seconds = self.engine.num_graphs, stats.warm_up_s
         m.prefill_seconds, m.step_seconds = stats.prefill_s, stats.decode_s
 

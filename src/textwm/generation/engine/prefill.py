@@ -9,12 +9,12 @@ A prefill of ``n`` joining rows (:meth:`Prefiller.__call__`) goes through these 
   copied into its row and only the rest is computed, attending to it; the new whole blocks are kept after.
   Prompts of one prefill that share blocks the cache lacks take two passes: the first of them computes the
   blocks, the others find them.
-* **Bucketed forwards.** What is left to compute, ``[n, width]`` tokens after each row's cached prefix, runs as
-  one forward of a bucketed shape when ``row bucket x width bucket`` is within ``graph_tokens``: rows up to the
-  next power of two, width up to the next of :data:`WIDTH_BUCKETS`. Where the engine has CUDA graphs that
-  forward is replayed (:meth:`GraphedForward.prefill <textwm.generation.engine.graphs.GraphedForward.prefill>`),
-  so a join costs one replay instead of a launch per operation of every layer, which is what bounds the
-  prefills of a small model (and of a large one after a cached prefix). Longer prefills run eagerly, the whole
+* **Bucketed forwards.** What is left to compute, ``[n, width]`` tokens after each row's cached prefix, runs in
+  forwards of bucketed shapes when its width bucket (the next of :data:`WIDTH_BUCKETS`) is within
+  ``graph_tokens``: as many rows a forward as fit ``graph_tokens`` at that width, padded to a power of two.
+  Where the engine has CUDA graphs those forwards are replayed (:meth:`GraphedForward.prefill <textwm.generation.engine.graphs.GraphedForward.prefill>`),
+  so a join costs a replay or a few instead of a launch per operation of every layer, which is what bounds the
+  prefills of a small model (and of a large one after a cached prefix). Wider prefills run eagerly, the whole
   prompts through SDPA's flash kernel (:meth:`StaticModel.prefill`).
 
 Padding is harmless by the cache's layout rule: a real row's padding queries write only its columns past its
@@ -131,10 +131,22 @@ class Prefiller:
         width = max(len(p) - s for p, s in zip(prompts, starts))
         self.stats.prompt_tokens += sum(map(len, prompts))
         self.stats.computed_tokens += sum(len(p) - s for p, s in zip(prompts, starts))
-        rows_b, width_b = row_bucket(n, self.net.rows), width_bucket(width)
-        if width_b is not None and rows_b * width_b <= self.graph_tokens:
-            inputs = self._inputs(slots, prompts, starts, block, pad_id, rows=rows_b, width=width_b)
-            return self.forward.prefill(*inputs)[:n, 0].clone()   # the graph's output is reused by the next replay
+        width_b = width_bucket(width)
+        if width_b is not None and width_b <= self.graph_tokens:
+            # As many rows a forward as fit the budget at this width (a power of two): a join wider than one
+            # graph takes a few replays rather than one eager forward.
+            per_forward = min(row_bucket(n, self.net.rows), _power_of_two_at_most(self.graph_tokens // width_b))
+            out = []
+            for c in range(0, n, per_forward):
+                part = slice(c, c + per_forward)
+                inputs = self._inputs(slots[part], prompts[part], starts[part], block, pad_id,
+                                      rows=row_bucket(len(prompts[part]), self.net.rows), width=width_b)
+                # the graph's output is overwritten by the next replay: cloned
+                out.append(self.forward.prefill(*inputs)[:len(prompts[part]), 0].clone())
+                self.stats.forwards += 1
+            return torch.cat(out)
+        self.stats.unbucketed_forwards += 1
+        self.stats.forwards += 1
         if not any(starts):
             return self.net.prefill(torch.tensor(slots, device=self.net.device), prompts, block=block, pad_id=pad_id)
         per_chunk = max(1, PREFILL_TOKENS // width)
@@ -169,6 +181,10 @@ class Prefiller:
         engine_rows[n:, 0], cols[n:], limits[n:] = slots[0], cap - 1, 1
         table = table.to(self.net.device)
         return (*table[:4], table[4, :, 0], table[5, :, 0])
+
+
+def _power_of_two_at_most(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
 
 
 def _followers(chains: list[list[bytes]], found: list[list[int]]) -> set[int]:

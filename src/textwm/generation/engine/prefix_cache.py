@@ -32,11 +32,16 @@ BLOCK_TOKENS = 64
 
 @dataclass
 class PrefixStats:
-    """Prompt tokens the prefills were given, those found in the prefix cache, and those computed."""
+    """Prompt tokens the prefills were given, those found in the prefix cache, and those computed; the prefill
+    forwards that computed them."""
 
     prompt_tokens: int = 0
     hit_tokens: int = 0
     computed_tokens: int = 0
+    #: Prefill forwards run, and those of them at the prompts' own shape, eagerly (wider than a bucketed forward
+    #: may be; an eager prefill of a chunk of rows counts once).
+    forwards: int = 0
+    unbucketed_forwards: int = 0
 
 
 class PrefixCache:
