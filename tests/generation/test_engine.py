@@ -317,11 +317,13 @@ def test_the_warm_up_of_every_shape_leaves_the_rows_to_decode_as_the_reference(f
     (eagerly here; captured on CUDA): what it leaves in them is never read."""
     lm = {"sdar": sdar, "wedlm": wedlm, "ar": ar}[family]
     settings = DecodeSettings(gen_length=9, temperature=0, block_length=4, denoising_steps=2, window_size=4)
-    engine = DecodeEngine(lm.model, lm.spec, max_rows=3, max_len=300)
-    engine.warm_up(settings)
-    assert engine.stats.warm_up_s > 0 and engine.num_graphs == 0      # no graphs on the CPU
     ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings, LENGTHS)
-    assert outcome(engine.generate(prompts, settings, LENGTHS)) == outcome(ref)
+    for graph_tokens in (0, 256):   # bucketed prefills: their shapes, and the eager prefill of wider joins, too
+        engine = DecodeEngine(lm.model, lm.spec, max_rows=3, max_len=300, prefill_graph_tokens=graph_tokens)
+        engine.warm_up(settings)
+        assert engine.stats.warm_up_s > 0 and engine.num_graphs == 0      # no graphs on the CPU
+        assert engine.prompt_stats.prompt_tokens == 0                       # the stats describe serving
+        assert outcome(engine.generate(prompts, settings, LENGTHS)) == outcome(ref)
 
 
 def test_the_shape_buckets_cover_every_batch_and_length():

@@ -350,6 +350,11 @@ class DecodeEngine:
         short, pad = min(3, long), self.pad_id
         for prompts in ([[pad] * short], [[pad] * long], [[pad] * short, [pad] * long]):
             self.generate(prompts, settings)
+        if self.prefill.graph_tokens:
+            # Those prefills ran as bucketed graphs: the eager prefill of joins wider than a graph compiles here.
+            with _preferred_blas(self.blas), torch.no_grad():
+                for rows in (1, 2):
+                    self.net.prefill(torch.arange(rows, device=self.net.device) % self.max_rows, [[pad] * long] * rows)
         if every_shape:
             self._start(settings)
             with _preferred_blas(self.blas), torch.no_grad():
@@ -359,6 +364,7 @@ class DecodeEngine:
             self._sync()
         # The stats describe serving: the warm-up's decoding is counted in warm_up_s alone.
         self.stats = EngineStats(warm_up_s=self.stats.warm_up_s + time.perf_counter() - started)
+        self.prefill.stats = PrefixStats()
 
     @property
     def num_graphs(self) -> int:
