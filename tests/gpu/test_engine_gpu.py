@@ -187,16 +187,20 @@ def test_the_engine_runs_its_steps_under_cublaslt_and_restores_the_process_prefe
     assert DecodeEngine(lm.model, lm.spec, max_rows=2, max_len=32, blas="default").blas is None
 
 
+@pytest.mark.parametrize("graph_tokens", [64, 256])
 @pytest.mark.parametrize("family", ["sdar", "wedlm", "ar"])
-def test_prefill_graphs_through_sdpa_equal_the_reference(family, tiny_sdar_dir, tiny_wedlm_dir, tiny_ar_dir):
-    """Bucketed prefill graphs (padding rows and widths) over SDPA's gathered rows, float64: exact."""
+def test_prefill_graphs_through_sdpa_equal_the_reference(family, graph_tokens, tiny_sdar_dir, tiny_wedlm_dir,
+                                                         tiny_ar_dir):
+    """Bucketed prefill graphs (padding rows and widths; at 64 tokens a join takes several) over SDPA's gathered
+    rows, float64: exact."""
     lm = _load({"sdar": tiny_sdar_dir, "wedlm": tiny_wedlm_dir, "ar": tiny_ar_dir}[family],
                {"sdar": untie_head, "wedlm": sharpen_head}.get(family))
     settings = DecodeSettings(gen_length=12, temperature=0, block_length=4, denoising_steps=2, window_size=8)
     prompts = _prompts(lm)
     prompts = prompts + [prompts[6] * 2 + p for p in prompts[:3]]                 # found in the prefix cache
     ref = reference_decoder(lm.model, lm.spec).generate(prompts, settings)
-    engine = DecodeEngine(lm.model, lm.spec, max_rows=3, max_len=96, prefill_graph_tokens=256, prefix_block_tokens=8)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=3, max_len=96, prefill_graph_tokens=graph_tokens,
+                          prefix_block_tokens=8)
     got = engine.generate(prompts, settings)
     assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
     assert any(key[0] == "prefill" for key in engine.forward._graphs)
