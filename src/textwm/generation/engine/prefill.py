@@ -91,8 +91,8 @@ class Prefiller:
         found = [cache.lookup(keys) for keys in chains]
         followers = _followers(chains, found)
         if followers:
-            # Prompts that share a block no cache holds yet (a GRPO group's turn after the rollouts part): the
-            # first of them computes it, the others find it, in a second prefill.
+            # Prompts that share a block no cache holds yet (rollouts of one group whose new turns start alike):
+            # the first of them computes it, the others find it, in a second prefill.
             lead = [i for i in range(len(prompts)) if i not in followers]
             order = lead + sorted(followers)
             out = torch.cat([self([slots[i] for i in part], [prompts[i] for i in part], block=block, pad_id=pad_id)
@@ -165,6 +165,7 @@ class Prefiller:
                 pad_id: int, *, rows: int, width: int) -> tuple[torch.Tensor, ...]:
         """A prefill forward's inputs for ``rows`` rows of ``width`` queries (the prompts' padded to it), built on
         the host and moved in one copy: ids, positions, cols, limits ``[rows, width]``, rows and last ``[rows]``."""
+        # Six planes, so that one host-to-device copy moves them all; the per-row rows and last ride in column 0.
         table = torch.zeros((6, rows, width), dtype=torch.long)
         ids, positions, cols, limits, engine_rows, last = table
         ids.fill_(pad_id)

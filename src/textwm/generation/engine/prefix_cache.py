@@ -39,7 +39,7 @@ class PrefixStats:
     hit_tokens: int = 0
     computed_tokens: int = 0
     #: Prefill forwards run, and those of them at the prompts' own shape, eagerly (wider than a bucketed forward
-    #: may be; an eager prefill of a chunk of rows counts once).
+    #: may be; an eager prefill counts once however many chunks of rows it takes).
     forwards: int = 0
     unbucketed_forwards: int = 0
 
