@@ -19,7 +19,7 @@ in the reference decoders).
 
 Prompts that start the same way share their prefill: a prompt's longest cached prefix is copied into its row and
 only the rest is computed (:mod:`textwm.generation.engine.prefix_cache`; ``prefix_cache_tokens=0`` turns it off).
-The rest of a join's prompts runs as one forward of a bucketed shape, a CUDA graph where the engine has graphs
+The rest of a join's prompts runs in forwards of bucketed shapes, CUDA graphs where the engine has graphs
 (:mod:`textwm.generation.engine.prefill`).
 
 A request may bring a response template's layout (:mod:`textwm.generation.anchors`): its row decodes the
@@ -59,8 +59,9 @@ BLAS_CHOICES = ("auto", "cublas", "cublaslt", "default")
 
 #: The prefix cache's default size cap in tokens (Qwen3-8B: 147 KB of K/V a token, 9.6 GB for 65,536).
 DEFAULT_PREFIX_TOKENS = 65536
-#: Prefills of at most this many tokens (rows x width, bucketed) replay a CUDA graph: a GRPO join after its cached
-#: prefixes, or a few new prompts joining a small model's rows, cost one replay instead of every layer's launches.
+#: Bucketed prefill forwards hold at most this many tokens (rows x width) and replay CUDA graphs: a GRPO join after
+#: its cached prefixes, or a few new prompts joining a small model's rows, cost a replay or a few instead of every
+#: layer's launches.
 PREFILL_GRAPH_TOKENS = 2048
 
 
@@ -108,8 +109,8 @@ class DecodeEngine:
             (:mod:`textwm.generation.engine.prefix_cache`); None: a quarter of the tokens the rows hold, at most
             :data:`DEFAULT_PREFIX_TOKENS`; 0: no prefix cache.
         prefix_block_tokens: the prefix cache's block (an SDAR block length that does not divide it caches nothing).
-        prefill_graph_tokens: a prefill of at most this many tokens, rows and width bucketed, runs as one forward of
-            its bucketed shape, a CUDA graph with graphs (:mod:`textwm.generation.engine.prefill`); None:
+        prefill_graph_tokens: prefills run in forwards of bucketed shapes of at most this many tokens (rows x
+            width), CUDA graphs with graphs (:mod:`textwm.generation.engine.prefill`); wider rows run eagerly; None:
             :data:`PREFILL_GRAPH_TOKENS` where the engine has graphs and the limited kernel, else 0 (eager and
             unpadded: the CPU gains nothing from padding).
     """

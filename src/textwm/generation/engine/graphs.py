@@ -58,8 +58,8 @@ class GraphedForward:
         if enabled and net.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.net, self.enabled = net, enabled
-        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...],
-                                                            torch.Tensor]] = {}
+        #: Shape key -> (graph, its static inputs by forward argument, its output).
+        self._graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle() if enabled else None
         # logits width (or ("prefill", 1)) -> [max_rows, width, V]
         self._outputs: dict[int | tuple[str, int], torch.Tensor] = {}
@@ -102,90 +102,79 @@ class GraphedForward:
         request waits for it (``kv_len`` a bucket). Rows ``0..rows-1`` must be free: the forward writes K/V at
         their columns ``0..q-1``, which a row's prefill overwrites before any query reads them. Eager
         (``enabled`` false): the forward runs once, so the path is the same on the CPU."""
-        dev, cap = self.net.device, self.net.capacity
-        cols = torch.arange(q, device=dev).clamp(max=cap - 1).expand(rows, q).contiguous()
-        ids = torch.zeros((rows, q), dtype=torch.long, device=dev)
-        limits = (cols + 1).clamp(max=kv_len)
-        if not self.enabled:
-            self.net.forward(ids, cols, cols, limits, kv_len=kv_len, logits_from=logits_from)
-            return
-        key = (rows, q, kv_len, logits_from)
-        if key not in self._graphs:
-            self._graphs[key] = self._capture(key, (ids, cols, cols, limits))
+        ids, cols = self._placeholders(rows, q)
+        inputs = {"ids": ids, "positions": cols, "cols": cols, "limits": (cols + 1).clamp(max=kv_len)}
+        self._run((rows, q, kv_len, logits_from), inputs, {"kv_len": kv_len, "logits_from": logits_from},
+                  replay=False)
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor, *,
                  kv_len: int, logits_from: int = 0) -> torch.Tensor:
         """As :meth:`StaticModel.forward`; with graphs, ``kv_len`` is bucketed (the result is the same)."""
         kv_len = kv_bucket(kv_len, self.net.capacity)
-        if not self.enabled:
-            return self.net.forward(ids, positions, cols, limits, kv_len=kv_len, logits_from=logits_from)
-        key = (ids.shape[0], ids.shape[1], kv_len, logits_from)
-        entry = self._graphs.get(key)
-        if entry is None:
-            entry = self._capture(key, (ids, positions, cols, limits))
-            self._graphs[key] = entry
-        else:
-            for static, given in zip(entry[1], (ids, positions, cols, limits)):
-                static.copy_(given)
-        graph, _, out = entry
-        graph.replay()
-        return out
+        inputs = {"ids": ids, "positions": positions, "cols": cols, "limits": limits}
+        return self._run((ids.shape[0], ids.shape[1], kv_len, logits_from), inputs,
+                         {"kv_len": kv_len, "logits_from": logits_from})
 
     def prefill(self, ids: torch.Tensor, positions: torch.Tensor, cols: torch.Tensor, limits: torch.Tensor,
                 rows: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
         """A prefill forward of engine rows ``rows [B]`` (:meth:`StaticModel.forward` with ``rows`` and ``last``,
         over the whole cache: the attention reads each row up to its limits only), replayed as the graph of
         its shape ``[B, Q]`` when ``enabled``: the logits ``[B, 1, V]``, valid until the next prefill."""
-        if not self.enabled:
-            return self.net.forward(ids, positions, cols, limits, kv_len=self.net.capacity, rows=rows, last=last)
-        key = ("prefill", *ids.shape)
-        inputs = (ids, positions, cols, limits, rows, last)
-        entry = self._graphs.get(key)
-        if entry is None:
-            entry = self._graphs[key] = self._capture(key, inputs)
-        else:
-            for static, given in zip(entry[1], inputs):
-                static.copy_(given)
-        graph, _, out = entry
-        graph.replay()
-        return out
+        inputs = {"ids": ids, "positions": positions, "cols": cols, "limits": limits, "rows": rows, "last": last}
+        return self._run(("prefill", *ids.shape), inputs, {"kv_len": self.net.capacity})
 
     def warm_prefill(self, rows: int, q: int) -> None:
         """Capture the prefill graph of shape ``[rows, q]`` now, with placeholder inputs; engine rows
         ``0..rows-1`` must be free (their columns ``0..q-1`` are written). Eager: the forward runs once."""
-        dev, cap = self.net.device, self.net.capacity
-        cols = torch.arange(q, device=dev).clamp(max=cap - 1).expand(rows, q).contiguous()
-        engine_rows = torch.arange(rows, device=dev) % self.net.rows
-        inputs = (torch.zeros((rows, q), dtype=torch.long, device=dev), cols, cols, cols + 1, engine_rows,
-                  torch.zeros(rows, dtype=torch.long, device=dev))
-        key = ("prefill", rows, q)
-        if not self.enabled:
-            self.prefill(*inputs)
-        elif key not in self._graphs:
-            self._graphs[key] = self._capture(key, inputs)
+        ids, cols = self._placeholders(rows, q)
+        inputs = {"ids": ids, "positions": cols, "cols": cols, "limits": cols + 1,
+                  "rows": torch.arange(rows, device=ids.device) % self.net.rows,
+                  "last": torch.zeros(rows, dtype=torch.long, device=ids.device)}
+        self._run(("prefill", rows, q), inputs, {"kv_len": self.net.capacity}, replay=False)
 
-    def _capture(self, key: tuple, inputs: tuple[torch.Tensor, ...]):
-        """Capture the forward of shape ``key`` (``(rows, q, kv_len, logits_from)``, or ``("prefill", rows, q)``)
-        with clones of ``inputs`` as its static inputs: (graph, static inputs, output)."""
-        static = tuple(t.clone() for t in inputs)
-        if key[0] == "prefill":
-            rows, width = key[1], 1
-            kwargs = {"kv_len": self.net.capacity, "rows": static[4], "last": static[5]}
-            static_args, buffer = static[:4], ("prefill", 1)
-        else:
-            rows, width = key[0], key[1] - key[3]
-            kwargs = {"kv_len": key[2], "logits_from": key[3]}
-            static_args, buffer = static, width
+    def _placeholders(self, rows: int, q: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Placeholder ids and columns ``[rows, q]`` (column ``j`` for query ``j``) of a warm-up capture."""
+        dev = self.net.device
+        cols = torch.arange(q, device=dev).clamp(max=self.net.capacity - 1).expand(rows, q).contiguous()
+        return torch.zeros((rows, q), dtype=torch.long, device=dev), cols
+
+    def _run(self, key: tuple, inputs: dict[str, torch.Tensor], fixed: dict[str, int], *,
+             replay: bool = True) -> torch.Tensor | None:
+        """``net.forward(**inputs, **fixed)``: eagerly, or as the graph of shape ``key`` (captured on first use,
+        ``inputs`` copied into its static inputs before a replay; ``replay=False``: only captured)."""
+        if not self.enabled:
+            return self.net.forward(**inputs, **fixed)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._capture(key, inputs, fixed)
+        elif replay:
+            for static, given in zip(entry[1].values(), inputs.values()):
+                static.copy_(given)
+        if not replay:
+            return None
+        graph, _, out = entry
+        graph.replay()
+        return out
+
+    def _capture(self, key: tuple, inputs: dict[str, torch.Tensor], fixed: dict[str, int]):
+        """Capture ``net.forward`` with clones of ``inputs`` as its static inputs: (graph, static inputs, output).
+        The output is a view of the buffer of its logits width, shared by the graphs of that width (a prefill's
+        last-token logits have their own)."""
+        static = {name: t.clone() for name, t in inputs.items()}
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
-            self.net.forward(*static_args, **kwargs)   # warm-up (idempotent)
+            self.net.forward(**static, **fixed)   # warm-up (idempotent)
         torch.cuda.current_stream().wait_stream(stream)
+        rows, q = static["ids"].shape
+        prefill = "last" in static
+        width = 1 if prefill else q - fixed["logits_from"]
+        buffer = ("prefill", 1) if prefill else width
         if buffer not in self._outputs:
             self._outputs[buffer] = torch.empty((self.net.rows, width, self.net.vocab_size), dtype=self.net.dtype,
                                                 device=self.net.device)
         out = self._outputs[buffer][:rows]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
-            out.copy_(self.net.forward(*static_args, **kwargs))
+            out.copy_(self.net.forward(**static, **fixed))
         return graph, static, out
