@@ -190,9 +190,11 @@ def server_metrics(port: int, names: dict[str, str]) -> dict[str, float]:
 
 
 def engine_counters(port: int) -> dict[str, float]:
-    """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder)."""
+    """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder; of those,
+    the continuous engine's seconds in prefills and in decode steps)."""
     return server_metrics(port, {"decode_steps_total": "steps", "step_rows_total": "rows",
-                                 "decode_seconds_total": "decode_s"})
+                                 "decode_seconds_total": "decode_s", "prefill_seconds_total": "prefill_s",
+                                 "step_seconds_total": "step_s"})
 
 
 def chat_bodies(inputs: list[dict], stream: bool) -> list[dict]:
@@ -242,9 +244,11 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
         if name in counters and counters[name]["steps"]:
             c = counters[name]
             report[name].update(engine_steps_per_s=c["steps"] / secs, rows_per_step=c["rows"] / c["steps"],
-                                decoder_share=c["decode_s"] / secs)
+                                decoder_share=c["decode_s"] / secs, prefill_share=c["prefill_s"] / secs,
+                                ms_per_decode_step=1000 * c["step_s"] / c["steps"])
             steps = (f", {c['steps'] / secs:6.1f} steps/s ({c['rows'] / c['steps']:4.1f} rows, decoder "
-                     f"{100 * c['decode_s'] / secs:3.0f}% of the wall)")
+                     f"{100 * c['decode_s'] / secs:3.0f}% of the wall, prefills {100 * c['prefill_s'] / secs:3.0f}%, "
+                     f"{1000 * c['step_s'] / c['steps']:.2f} ms a decode step)")
         print(f"{backend:8s} {name:6s}: {len(lat)}/{len(inputs)} ok, {len(failures)} failed, "
               f"{len(lat) / secs:7.1f} req/s, {tokens / secs:9.1f} tok/s, p50 {pct(lat, 50):7.1f} ms, "
               f"p99 {pct(lat, 99):7.1f} ms, prompt {prompt:.0f} tok{steps}", flush=True)
