@@ -191,10 +191,13 @@ def server_metrics(port: int, names: dict[str, str]) -> dict[str, float]:
 
 def engine_counters(port: int) -> dict[str, float]:
     """The native server's step counters (``/metrics``: steps, rows over steps, seconds in the decoder; of those,
-    the continuous engine's seconds in prefills and in decode steps)."""
+    the continuous engine's seconds in prefills and in decode steps; CPU seconds of the event loop's thread, of
+    the decode worker's and of the whole process)."""
     return server_metrics(port, {"decode_steps_total": "steps", "step_rows_total": "rows",
                                  "decode_seconds_total": "decode_s", "prefill_seconds_total": "prefill_s",
-                                 "step_seconds_total": "step_s"})
+                                 "step_seconds_total": "step_s", "event_loop_cpu_seconds_total": "loop_cpu_s",
+                                 "decode_worker_cpu_seconds_total": "worker_cpu_s",
+                                 "process_cpu_seconds_total": "process_cpu_s"})
 
 
 def chat_bodies(inputs: list[dict], stream: bool) -> list[dict]:
@@ -245,10 +248,19 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
             c = counters[name]
             report[name].update(engine_steps_per_s=c["steps"] / secs, rows_per_step=c["rows"] / c["steps"],
                                 decoder_share=c["decode_s"] / secs, prefill_share=c["prefill_s"] / secs,
-                                ms_per_decode_step=1000 * c["step_s"] / c["steps"])
+                                ms_per_decode_step=1000 * c["step_s"] / c["steps"],
+                                loop_cpu_ms_per_request=1000 * c["loop_cpu_s"] / len(lat),
+                                worker_cpu_ms_per_step=1000 * c["worker_cpu_s"] / c["steps"],
+                                other_cpu_ms_per_request=1000 * (c["process_cpu_s"] - c["loop_cpu_s"]
+                                                                 - c["worker_cpu_s"]) / len(lat),
+                                loop_and_worker_cpu_share=(c["loop_cpu_s"] + c["worker_cpu_s"]) / secs)
             steps = (f", {c['steps'] / secs:6.1f} steps/s ({c['rows'] / c['steps']:4.1f} rows, decoder "
                      f"{100 * c['decode_s'] / secs:3.0f}% of the wall, prefills {100 * c['prefill_s'] / secs:3.0f}%, "
                      f"{1000 * c['step_s'] / c['steps']:.2f} ms a decode step)")
+            r = report[name]
+            steps += (f"; host CPU: event loop {r['loop_cpu_ms_per_request']:.2f} ms a request, worker "
+                      f"{r['worker_cpu_ms_per_step']:.2f} ms a step, other threads {r['other_cpu_ms_per_request']:.2f} "
+                      f"ms a request; loop + worker {100 * r['loop_and_worker_cpu_share']:.0f}% of the wall")
         print(f"{backend:8s} {name:6s}: {len(lat)}/{len(inputs)} ok, {len(failures)} failed, "
               f"{len(lat) / secs:7.1f} req/s, {tokens / secs:9.1f} tok/s, p50 {pct(lat, 50):7.1f} ms, "
               f"p99 {pct(lat, 99):7.1f} ms, prompt {prompt:.0f} tok{steps}", flush=True)

@@ -114,6 +114,20 @@ def test_metrics_count_requests_and_errors(client):
     assert "textwm_tokens_per_second" in text and "textwm_queue_depth" in text
 
 
+def test_metrics_give_the_cpu_seconds_of_the_loop_the_worker_and_the_process(client):
+    def cpu(text: str, name: str) -> float:
+        line = next(x for x in text.splitlines() if x.startswith(f"textwm_{name}_cpu_seconds_total{{"))
+        return float(line.rsplit(" ", 1)[1])
+
+    before = client.get("/metrics").text
+    r = client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    after = client.get("/metrics").text
+    assert cpu(after, "decode_worker") > cpu(before, "decode_worker") >= 0   # the worker decoded the request
+    assert cpu(after, "event_loop") >= cpu(before, "event_loop") > 0
+    assert cpu(after, "process") >= cpu(after, "event_loop") + cpu(after, "decode_worker") - 0.01
+
+
 def _fail_once(obj, name):
     """Make ``obj.name`` raise on its first call (a device fault), then behave."""
     real = getattr(obj, name)

@@ -22,6 +22,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,12 +257,14 @@ class Engine:
 
     def _run(self) -> None:
         assert self._scheduler is not None
+        earlier_cpu = self.metrics.worker_cpu_seconds   # of the threads of earlier start()s: the counter goes on
         while not self._stop.is_set():
             try:
                 self._scheduler.run_once()
             except Exception:   # a fault outside the decoder's own handling: log it, keep the worker alive
                 log.exception("the decode worker's step failed")
                 self.metrics.worker_errors += 1
+            self.metrics.worker_cpu_seconds = earlier_cpu + time.thread_time()
 
     @property
     def queue_depth(self) -> int:

@@ -50,6 +50,10 @@ class ServerMetrics:
     #: Seconds the continuous engine spent in prefills (joins) and in decode steps (set by the worker thread).
     prefill_seconds: float = 0.0
     step_seconds: float = 0.0
+    #: CPU seconds of the decode worker thread (set by the worker after each of its turns). With the event loop's
+    #: and the process's (read when rendering), it shows what host work a request and a step cost, and how
+    #: close the two threads that share the GIL are to filling it.
+    worker_cpu_seconds: float = 0.0
     _recent: deque = field(default_factory=deque)   # (time, tokens, rows) of the steps in the window
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -85,7 +89,8 @@ class ServerMetrics:
             return sum(r for _, _, r in self._recent) / len(self._recent)
 
     def render(self, *, queue_depth: int, model: str, statuses: Mapping[int, int]) -> str:
-        """The counters; ``statuses``: responses by HTTP status (the server's Guard counts every one)."""
+        """The counters; ``statuses``: responses by HTTP status (the server's Guard counts every one). Called on
+        the event loop's thread, whose CPU time it reads."""
         label = f'model="{model}"'
 
         def metric(name: str, kind: str, text: str, value: object) -> list[str]:
@@ -130,6 +135,12 @@ class ServerMetrics:
                     f"{self.prefill_seconds:.3f}"),
             *metric("step_seconds_total", "counter", "Seconds the continuous engine spent in decode steps.",
                     f"{self.step_seconds:.3f}"),
+            *metric("event_loop_cpu_seconds_total", "counter", "CPU seconds of the event loop's thread (HTTP, "
+                    "detokenising).", f"{time.thread_time():.3f}"),
+            *metric("decode_worker_cpu_seconds_total", "counter", "CPU seconds of the decode worker thread.",
+                    f"{self.worker_cpu_seconds:.3f}"),
+            *metric("process_cpu_seconds_total", "counter", "CPU seconds of the server process, all threads.",
+                    f"{time.process_time():.3f}"),
             *metric("generated_tokens_total", "counter", "Completion tokens generated.", self.generated_tokens),
             *metric("decode_seconds_total", "counter", "Seconds spent in the decoder.", f"{self.decode_seconds:.3f}"),
             *metric("tokens_per_second", "gauge", f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s.",
