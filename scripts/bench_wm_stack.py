@@ -197,7 +197,7 @@ def engine_counters(port: int) -> dict[str, float]:
                                  "decode_seconds_total": "decode_s", "prefill_seconds_total": "prefill_s",
                                  "step_seconds_total": "step_s", "event_loop_cpu_seconds_total": "loop_cpu_s",
                                  "decode_worker_cpu_seconds_total": "worker_cpu_s",
-                                 "process_cpu_seconds_total": "process_cpu_s"})
+                                 "process_cpu_seconds_total": "process_cpu_s", "engine_process": "engine_process"})
 
 
 def chat_bodies(inputs: list[dict], stream: bool) -> list[dict]:
@@ -230,7 +230,8 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
             else:
                 runs[path] = asyncio.run(fire(chat, chat_bodies(inputs, path == "stream"), args.concurrency))
             if before:
-                counters[path] = {k: v - before[k] for k, v in engine_counters(spec.port).items()}
+                after = engine_counters(spec.port)
+                counters[path] = {k: v if k == "engine_process" else v - before[k] for k, v in after.items()}
     finally:
         proxy.stop()
         server.stop()
@@ -251,15 +252,17 @@ def run_backend(backend: str, model: str, inputs: list[dict], args, tmp: Path) -
                                 ms_per_decode_step=1000 * c["step_s"] / c["steps"],
                                 loop_cpu_ms_per_request=1000 * c["loop_cpu_s"] / len(lat),
                                 worker_cpu_ms_per_step=1000 * c["worker_cpu_s"] / c["steps"],
-                                other_cpu_ms_per_request=1000 * (c["process_cpu_s"] - c["loop_cpu_s"]
-                                                                 - c["worker_cpu_s"]) / len(lat),
+                                engine_process=bool(c["engine_process"]),
+                                other_cpu_ms_per_request=1000 * (c["process_cpu_s"] - c["loop_cpu_s"] - (
+                                    0 if c["engine_process"] else c["worker_cpu_s"])) / len(lat),
                                 loop_and_worker_cpu_share=(c["loop_cpu_s"] + c["worker_cpu_s"]) / secs)
             steps = (f", {c['steps'] / secs:6.1f} steps/s ({c['rows'] / c['steps']:4.1f} rows, decoder "
                      f"{100 * c['decode_s'] / secs:3.0f}% of the wall, prefills {100 * c['prefill_s'] / secs:3.0f}%, "
                      f"{1000 * c['step_s'] / c['steps']:.2f} ms a decode step)")
             r = report[name]
-            steps += (f"; host CPU: event loop {r['loop_cpu_ms_per_request']:.2f} ms a request, worker "
-                      f"{r['worker_cpu_ms_per_step']:.2f} ms a step, other threads {r['other_cpu_ms_per_request']:.2f} "
+            worker = "engine process" if r["engine_process"] else "worker thread"
+            steps += (f"; host CPU: event loop {r['loop_cpu_ms_per_request']:.2f} ms a request, {worker} "
+                      f"{r['worker_cpu_ms_per_step']:.2f} ms a step, other server threads {r['other_cpu_ms_per_request']:.2f} "
                       f"ms a request; loop + worker {100 * r['loop_and_worker_cpu_share']:.0f}% of the wall")
         print(f"{backend:8s} {name:6s}: {len(lat)}/{len(inputs)} ok, {len(failures)} failed, "
               f"{len(lat) / secs:7.1f} req/s, {tokens / secs:9.1f} tok/s, p50 {pct(lat, 50):7.1f} ms, "

@@ -212,7 +212,7 @@ def test_a_wedlm_checkpoint_is_served_with_its_streaming_decoder(tiny_wedlm_dir)
 def test_the_worker_runs_with_a_short_switch_interval_and_restores_the_interpreters(loaded):
     import sys
 
-    from textwm.serving.engine import WORKER_SWITCH_INTERVAL_S
+    from textwm.serving.workers import WORKER_SWITCH_INTERVAL_S
 
     before = sys.getswitchinterval()
     engine = _engine(loaded)
@@ -225,7 +225,7 @@ def test_the_worker_runs_with_a_short_switch_interval_and_restores_the_interpret
 def test_the_switch_interval_is_restored_when_the_last_of_several_workers_stops():
     import sys
 
-    from textwm.serving.engine import WORKER_SWITCH_INTERVAL_S, _SwitchInterval
+    from textwm.serving.workers import WORKER_SWITCH_INTERVAL_S, _SwitchInterval
 
     before, switch = sys.getswitchinterval(), _SwitchInterval()
     try:

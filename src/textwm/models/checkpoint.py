@@ -212,23 +212,34 @@ def load_model(path: str | os.PathLike, *, device: str = "auto", dtype: str = "a
                attn_implementation: str = "sdpa", mask_token_id: int | None = None) -> LoadedModel:
     """Load tokenizer, model (eval mode, on ``device``) and :class:`ModelSpec` of a checkpoint."""
     # heavy: loads torch and transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
-    spec = read_spec(path, mask_token_id=mask_token_id)
+    loaded = load_tokenizer(path, mask_token_id=mask_token_id)
     dev = resolve_device(device)
-    tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=False)
-    model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=resolve_dtype(dtype, dev), trust_remote_code=False,
-                                                 attn_implementation=attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(loaded.spec.path, dtype=resolve_dtype(dtype, dev),
+                                                 trust_remote_code=False, attn_implementation=attn_implementation)
     model.to(dev).eval()
-    apply_spec(model, spec)
+    apply_spec(model, loaded.spec)
+    return LoadedModel(model=model, tokenizer=loaded.tokenizer, spec=loaded.spec)
+
+
+def load_tokenizer(path: str | os.PathLike, *, mask_token_id: int | None = None) -> LoadedModel:
+    """A checkpoint's tokenizer and :class:`ModelSpec` without its weights (``model`` is None): what a server
+    front end needs when another process decodes. The pad token and stop ids are resolved as
+    :func:`load_model` resolves them."""
+    # heavy: loads transformers
+    from transformers import AutoTokenizer
+
+    spec = read_spec(path, mask_token_id=mask_token_id)
+    tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     stops = spec.stop_ids or tuple(hub.as_ids(tokenizer.eos_token_id))
     spec = ModelSpec(**{**spec.__dict__, "stop_ids": stops,
                         "pad_token_id": spec.pad_token_id if spec.pad_token_id is not None else tokenizer.pad_token_id})
-    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec)
+    return LoadedModel(model=None, tokenizer=tokenizer, spec=spec)
 
 
 def add_mask_token(model: Any, tokenizer: Any) -> int:
@@ -340,7 +351,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_
     """Convert an AR checkpoint on disk: load ``src`` (a folder, a hub id or a pretrained start name), turn it into
     a checkpoint of the masked ``family`` (:func:`convert_to_family`: SDAR, WeDLM), save to ``dst``."""
     # heavy: loads torch and transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 

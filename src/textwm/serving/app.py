@@ -192,7 +192,7 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.start()
         log.info("serving %s (%s) with %s of up to %d rows", engine.config.served_model_name, engine.family,
-                 type(engine.scheduler).__name__, engine.config.max_batch_size)
+                 engine.scheduler_name, engine.config.max_batch_size)
         try:
             yield
         finally:
@@ -246,7 +246,7 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
             if prepared.layouts is not None:
                 return await serve_anchored(request, prepared, format_)
             submission = engine.submit(prepared)
-        except (UnknownModel, RequestError, QueueFull) as exc:
+        except (UnknownModel, RequestError, QueueFull, DecodeFailed) as exc:
             return error_response(request, *_error_status(exc))
         fmt = format_(model, prepared, body.include_usage)
         if body.stream:
@@ -289,7 +289,9 @@ def create_app(engine: Engine, security: ServerSecurity = ServerSecurity(), *, h
         return ModelList(data=[card]).model_dump()
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health(request: Request) -> Any:
+        if engine.failure is not None:   # an engine process that exited: a supervisor should restart this server
+            return error_response(request, 503, engine.failure, "engine_failed")
         return {"status": "ok", "model": model, "family": engine.family, "queue_depth": engine.queue_depth}
 
     @app.get("/metrics", response_class=PlainTextResponse)

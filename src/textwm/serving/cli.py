@@ -80,6 +80,9 @@ class ServerConfig:
     warm_every_shape: bool = option(True, "--scheduler continuous on CUDA: capture the graph of every row bucket and "
                                           "kv bucket before /health answers (--no-warm-every-shape: the smallest "
                                           "only, the rest while the first requests wait)")
+    engine_process: bool | None = option(None, "--scheduler continuous: run the decode engine and the model in a "
+                                               "process of their own, so that the decode steps and the HTTP event "
+                                               "loop do not share one GIL (default: on with CUDA, off on the CPU)")
     max_stop_strings: int = option(32, "stop strings per request at most (more: 400)")
     max_stop_chars: int = option(4096, "characters of a request's stop strings together at most (more: 400)")
     max_messages: int = option(1024, "messages per chat request at most (more: 400)")
@@ -106,7 +109,18 @@ class ServerConfig:
             max_model_len=self.max_model_len, scheduler=self.scheduler, prefix_cache=self.prefix_cache,
             prefill_graph_tokens=self.prefill_graph_tokens, warm_every_shape=self.warm_every_shape,
             max_stop_strings=self.max_stop_strings, max_stop_chars=self.max_stop_chars, max_messages=self.max_messages,
-            allow_client_chat_template=self.allow_client_chat_template)
+            allow_client_chat_template=self.allow_client_chat_template,
+            engine_process=bool(self.engine_process))
+
+    def resolve_engine_process(self) -> None:
+        """``engine_process`` None -> on where the model runs on CUDA and the scheduler may be continuous."""
+        if self.engine_process and self.scheduler == "batch":
+            raise ValueError("--engine-process runs the continuous scheduler; leave out --scheduler batch or "
+                             "--engine-process")
+        if self.engine_process is None:
+            from textwm.models.checkpoint import resolve_device  # heavy: loads torch
+
+            self.engine_process = self.scheduler != "batch" and resolve_device(self.device).type == "cuda"
 
 
 @dataclass
@@ -144,15 +158,22 @@ def server_main(argv: list[str] | None = None, prog: str = "python -m textwm.ser
     _logging()
 
     # heavy: these load torch and transformers, which the proxy and stack commands of this module don't need
-    from textwm.models.checkpoint import CheckpointError, load_model
+    from textwm.models.checkpoint import CheckpointError, load_model, load_tokenizer
     from textwm.serving.app import create_app
-    from textwm.serving.engine import Engine
+    from textwm.serving.engine import Engine, ModelSource
 
     try:
-        loaded = load_model(config.model_path, device=config.device, dtype=config.dtype,
-                            mask_token_id=config.mask_token_id)
+        config.resolve_engine_process()
         engine_config = config.engine_config()
-        engine = Engine(loaded, engine_config)
+        if engine_config.engine_process:   # the engine process loads the weights; this one, the tokenizer
+            source = ModelSource(config.model_path, device=config.device, dtype=config.dtype,
+                                 mask_token_id=config.mask_token_id)
+            engine = Engine(load_tokenizer(config.model_path, mask_token_id=config.mask_token_id), engine_config,
+                            source=source)
+        else:
+            loaded = load_model(config.model_path, device=config.device, dtype=config.dtype,
+                                mask_token_id=config.mask_token_id)
+            engine = Engine(loaded, engine_config)
     except (CheckpointError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

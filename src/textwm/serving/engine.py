@@ -1,4 +1,4 @@
-"""The serving engine: requests turned into rows of token ids, a bounded queue, and the worker thread's scheduler.
+"""The serving engine: requests turned into rows of token ids, a bounded queue, and the worker's scheduler.
 
 :meth:`Engine.prepare_chat` / :meth:`Engine.prepare_completion` check a request and tokenise it
 (off the event loop); :meth:`Engine.submit` queues its rows and returns a
@@ -8,21 +8,19 @@ it was serving (:class:`DecodeFailed`, HTTP 500 or an error event) and the engin
 scheduler (:mod:`textwm.serving.scheduler`) batches whole requests through the family's decoder, or
 batches continuously over the slot-based decode engine.
 
-The worker thread only schedules and steps: requests are templated and tokenised before they are queued,
-its events reach the event loop through one :class:`~textwm.serving.streaming.LoopMailbox` (one wake-up
-per step), and while it runs the interpreter switches threads every :data:`WORKER_SWITCH_INTERVAL_S`, so
-that the worker gets the GIL back soon after each device read.
+The worker (a thread of this process, or an engine process: :mod:`textwm.serving.workers`) only schedules
+and steps: requests are templated and tokenised before they are queued, and its events reach the event loop
+through one :class:`~textwm.serving.streaming.LoopMailbox` (one wake-up per step).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import queue
-import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +31,8 @@ from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.models.families import get_family
+from textwm.serving.engine_config import SCHEDULERS, EngineConfig
+from textwm.serving.engine_process import ModelSource, ProcessWorker
 from textwm.serving.metrics import ServerMetrics
 from textwm.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 from textwm.serving.scheduler import (
@@ -45,11 +45,12 @@ from textwm.serving.scheduler import (
 )
 from textwm.serving.streaming import LoopMailbox, RowsFailed, Submission, TextRow, text_decoder
 from textwm.serving.templates import TemplateError, TemplateSandbox, check_template_kwargs
+from textwm.serving.workers import ThreadWorker, make_scheduler
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DecodeFailed", "Engine", "EngineConfig", "Prepared", "QueueFull", "RequestError", "RowsRefused",
-           "UnknownModel"]
+__all__ = ["SCHEDULERS", "DecodeFailed", "Engine", "EngineConfig", "ModelSource", "Prepared", "QueueFull",
+           "RequestError", "RowsRefused", "UnknownModel"]
 
 
 class RequestError(ValueError):
@@ -68,86 +69,6 @@ class QueueFull(RuntimeError):
 MAX_CHARS_PER_TOKEN = 16
 #: SDAR settings a request may override under generate.py rules but not under lmdeploy's (per server there).
 SERVER_DIFFUSION_FIELDS = ("denoising_steps", "block_length", "confidence_threshold", "remasking_strategy")
-SCHEDULERS = ("auto", "continuous", "batch")
-#: The interpreter's thread switch interval while a worker runs (CPython's default is 5 ms). The worker
-#: and the event loop share one GIL; the worker releases it at every device read (``.tolist()``, ``bool``,
-#: a host-to-device copy), and taking it back from an event loop busy with HTTP and detokenising can take
-#: one whole interval: with 5 ms and the ~25 device reads of an SDAR step (the ~14 of an AR step), up to
-#: ~125 ms (~70 ms) a step.
-WORKER_SWITCH_INTERVAL_S = 0.0005
-
-
-class _SwitchInterval:
-    """The interpreter's switch interval, lowered to :data:`WORKER_SWITCH_INTERVAL_S` while any engine's worker
-    runs and restored when the last one stops (tests and notebooks may run several engines in one process)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._saved = sys.getswitchinterval()
-
-    def acquire(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                self._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(WORKER_SWITCH_INTERVAL_S, self._saved))
-                log.info("thread switch interval %.2g ms while the decode worker runs (was %.2g ms)",
-                         1000 * sys.getswitchinterval(), 1000 * self._saved)
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                sys.setswitchinterval(self._saved)
-
-
-_SWITCH_INTERVAL = _SwitchInterval()
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    served_model_name: str
-    defaults: DecodeSettings = DecodeSettings(gen_length=256)
-    #: Rows decoded together at most (a request's n x prompts rows must fit).
-    max_batch_size: int = 32
-    max_queue: int = 256
-    #: Batch scheduler: how long a batch waits for company.
-    batch_wait_ms: float = 5.0
-    #: Continuous scheduler: queued requests join the running rows once this many wait (0: max_batch_size / 8)...
-    join_min_rows: int = 0
-    #: ... or once the oldest has waited this long.
-    join_wait_ms: float = 20.0
-    #: Prompt + max_tokens must fit in this many tokens.
-    max_model_len: int = 8192
-    #: Continuous scheduler: keep prompt prefixes' K/V for the next prompts that start the same way
-    #: (``textwm.generation.engine.prefix_cache``).
-    prefix_cache: bool = True
-    #: Continuous scheduler: prefills of at most this many tokens, bucketed, replay a CUDA graph
-    #: (``textwm.generation.engine.prefill``); None: the engine's default; 0: eager.
-    prefill_graph_tokens: int | None = None
-    #: Continuous scheduler on CUDA: capture every row bucket's and kv bucket's graph before serving
-    #: (``DecodeEngine.warm_up``); False: the smallest ones only, the rest on first use.
-    warm_every_shape: bool = True
-    #: Accept a ``chat_template`` in ``chat_template_kwargs`` (rendered in a sandboxed process with limits).
-    allow_client_chat_template: bool = False
-    #: Stop strings per request at most, and their characters together: stop matching runs on every new piece
-    #: of every row's text, so its work is bounded per request.
-    max_stop_strings: int = 32
-    max_stop_chars: int = 4096
-    #: Messages of a chat request at most.
-    max_messages: int = 1024
-    #: ``continuous``: requests join and leave the running rows at every step boundary
-    #: (``textwm.generation.engine.DecodeEngine``); ``batch``: whole batches through the family's decoder;
-    #: ``auto``: continuous where the engine runs the checkpoint's architecture, else batch (with a warning).
-    scheduler: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"unknown scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
-        for name in ("max_batch_size", "max_queue", "max_stop_strings", "max_stop_chars", "max_messages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -166,109 +87,87 @@ class Prepared:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig):
+    """Requests in, text deltas out, over a worker that runs the scheduler (:mod:`textwm.serving.workers`).
+
+    Args:
+        loaded: the checkpoint; with ``source``, its tokenizer and spec only (``model`` may be None:
+            :func:`~textwm.models.checkpoint.load_tokenizer`).
+        config: the engine's settings.
+        source: where an engine process loads the checkpoint from; given (and ``config.engine_process``), the
+            continuous scheduler runs in a child process (:mod:`textwm.serving.engine_process`), else on a
+            thread of this process.
+    """
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, *, source: ModelSource | None = None):
+        if config.engine_process and source is None:
+            raise ValueError("engine_process needs the checkpoint's source (where the engine process loads it)")
         self.loaded = loaded
         self.config = config
+        self.source = source
         self.tokenizer = loaded.tokenizer
         self.family = loaded.spec.family
         #: SDAR's fixed blocks: block lengths checked against the checkpoint, lmdeploy's rules available.
         self.block_causal = get_family(self.family).block_causal
-        self.vocab_size = int(loaded.model.get_input_embeddings().weight.shape[0])
         self.metrics = ServerMetrics()
-        self.decoder = make_decoder(loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id)
-        self._intake = Intake(config.max_queue)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._scheduler: BatchScheduler | ContinuousScheduler | None = None
+        self.worker: ThreadWorker | ProcessWorker = (
+            ProcessWorker(source, config, self.metrics) if config.engine_process and source is not None
+            else ThreadWorker(self._make_scheduler, config.max_queue, self.metrics))
+        self.metrics.engine_process = isinstance(self.worker, ProcessWorker)
         self._templates: TemplateSandbox | None = None
         self._told_overrides_ignored = False
         self._decode = text_decoder(loaded.tokenizer)
-        # Anchored requests: the family's reference decoder on the same weights, one batch at a time.
+        # Anchored requests under the batch scheduler: the family's reference decoder, one batch at a time.
         self._anchored_lock = threading.Lock()
         self._anchored_decoder: Any = None
         self._mailbox: LoopMailbox | None = None
-        self._lowered_switch = False   # this engine holds the lowered switch interval (start() to stop())
         if self.block_causal:
             loaded.spec.require_diffusion(config.defaults.block_length, rules=config.defaults.sdar_rules)
 
+    @functools.cached_property
+    def decoder(self) -> Any:
+        """The family's decoder on this process's weights (the batch scheduler's)."""
+        return make_decoder(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id)
+
+    @functools.cached_property
+    def vocab_size(self) -> int:
+        """Rows of the model's input embeddings (token ids at or past it are refused)."""
+        if self.loaded.model is None:
+            return int(self.worker.info["vocab_size"])   # an engine process's, once started
+        return int(self.loaded.model.get_input_embeddings().weight.shape[0])
+
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def _make_scheduler(self) -> BatchScheduler | ContinuousScheduler:
-        """The worker's scheduler; the continuous one allocates the engine's KV cache now (max_batch_size rows
-        of max_model_len tokens)."""
-        c = self.config
-        if c.scheduler != "batch":
-            # heavy: the decode engine loads transformers; the batch scheduler needs none
-            from textwm.generation.engine import DecodeEngine
-            from textwm.generation.engine.static_model import UnsupportedModel
-
-            def make_engine() -> Any:
-                engine = DecodeEngine(self.loaded.model, self.loaded.spec, pad_token_id=self.tokenizer.pad_token_id,
-                                      max_rows=c.max_batch_size, max_len=c.max_model_len,
-                                      prefix_cache_tokens=None if c.prefix_cache else 0,
-                                      prefill_graph_tokens=c.prefill_graph_tokens)
-                if engine.net.device.type == "cuda":   # compiles and graph captures before the first request
-                    engine.warm_up(c.defaults, every_shape=c.warm_every_shape)
-                    log.info("warm-up: %d CUDA graphs in %.1f s", engine.num_graphs, engine.stats.warm_up_s)
-                return engine
-            try:
-                scheduler = ContinuousScheduler(make_engine, self._intake, max_batch_size=c.max_batch_size,
-                                                metrics=self.metrics, join_min_rows=c.join_min_rows,
-                                                join_wait_ms=c.join_wait_ms)
-                log.info("continuous batching: a KV cache of %d rows x %d tokens (--max-batch-size x "
-                         "--max-model-len)", c.max_batch_size, c.max_model_len)
-                return scheduler
-            except UnsupportedModel as exc:
-                if c.scheduler == "continuous":
-                    raise
-                log.warning("serving with the batch scheduler (no continuous batching): %s", exc)
-        return BatchScheduler(self.decoder, self._intake, max_batch_size=c.max_batch_size,
-                              batch_wait_ms=c.batch_wait_ms, metrics=self.metrics)
+    def _make_scheduler(self, intake: Intake) -> BatchScheduler | ContinuousScheduler:
+        return make_scheduler(self.loaded, self.config, intake, self.metrics, lambda: self.decoder)
 
     @property
     def scheduler(self) -> BatchScheduler | ContinuousScheduler | None:
-        """The running scheduler (None before :meth:`start`)."""
-        return self._scheduler
+        """The running scheduler of a worker thread (None before :meth:`start`, and in an engine process)."""
+        return getattr(self.worker, "scheduler", None)
+
+    @property
+    def scheduler_name(self) -> str:
+        if isinstance(self.worker, ProcessWorker):
+            return f"{self.worker.info.get('scheduler', 'a scheduler')} in an engine process"
+        return type(self.scheduler).__name__
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine cannot serve (an engine process that exited), else None."""
+        return self.worker.failure
 
     def start(self) -> None:
-        self._stop.clear()  # an engine stopped by one app's shutdown can serve the next
-        if self._scheduler is None:
-            self._scheduler = self._make_scheduler()
-        if not self._lowered_switch:
-            _SWITCH_INTERVAL.acquire()
-            self._lowered_switch = True
-        self._thread = threading.Thread(target=self._run, name="textwm-engine", daemon=True)
-        self._thread.start()
+        """Start the worker (the first start builds the scheduler, or spawns the engine process, and warms up)."""
+        self.worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            if self._thread.is_alive():   # a step longer than 30 s: do not touch its rows under it
-                log.error("the decode worker did not stop within 30 s; its requests are left to it")
-                return
-        if self._scheduler is not None:
-            self._scheduler.shutdown(DecodeFailed("the server is shutting down"))
+        self.worker.stop(DecodeFailed("the server is shutting down"))
         if self._templates is not None:
             self._templates.close()
-        if self._lowered_switch:
-            _SWITCH_INTERVAL.release()
-            self._lowered_switch = False
-
-    def _run(self) -> None:
-        assert self._scheduler is not None
-        earlier_cpu = self.metrics.worker_cpu_seconds   # of the threads of earlier start()s: the counter goes on
-        while not self._stop.is_set():
-            try:
-                self._scheduler.run_once()
-            except Exception:   # a fault outside the decoder's own handling: log it, keep the worker alive
-                log.exception("the decode worker's step failed")
-                self.metrics.worker_errors += 1
-            self.metrics.worker_cpu_seconds = earlier_cpu + time.thread_time()
 
     @property
     def queue_depth(self) -> int:
-        return self._intake.depth
+        return self.worker.depth
 
     # --- requests --------------------------------------------------------------------------------
 
@@ -430,6 +329,9 @@ class Engine:
         if self.block_causal and settings.sdar_rules == "lmdeploy":
             raise RequestError("response_template: anchored decoding runs under the generate rules; this server "
                                "decodes SDAR under lmdeploy's (--sdar-rules generate)")
+        if self.loaded.model is None and not self.worker.continuous:
+            raise RequestError("response_template: the engine process runs the batch scheduler here, and anchored "
+                               "answers need the continuous one (or --no-engine-process)")
         try:
             template = parse_template(request.response_template, max_tokens=max_tokens)
         except AnchorTemplateError as exc:
@@ -449,7 +351,7 @@ class Engine:
         fills them on the model's weights off the event loop, beside the worker (one anchored batch at a time)."""
         assert prepared.layouts is not None
         self.metrics.anchored_requests += 1
-        if isinstance(self._scheduler, ContinuousScheduler):
+        if self.worker.continuous:
             canvases = await self._canvases_from_engine(prepared)
             stop_ids = self.loaded.spec.stop_ids or ()
             answers = []
@@ -477,14 +379,11 @@ class Engine:
 
         work = Work(prompts=prepared.prompts, settings=prepared.settings, layouts=prepared.layouts,
                     post=lambda event: loop.call_soon_threadsafe(on_event, event))
-        try:
-            self._intake.queue.put_nowait(work)
-        except queue.Full:
-            raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
+        self._put(work)
         try:
             return await done
         except asyncio.CancelledError:    # the client went away: free its rows
-            self._cancel(work, list(range(len(prepared.prompts))))
+            self.worker.cancel(work, list(range(len(prepared.prompts))))
             raise
 
     def _answer_anchored(self, prepared: Prepared) -> list[AnchoredAnswer]:
@@ -507,15 +406,19 @@ class Engine:
         mailbox = self._loop_mailbox()
         rows = [TextRow(self.tokenizer, prepared.stops, prepared.max_tokens, self._decode) for _ in prepared.prompts]
         work_ref: list[Work] = []
-        submission = Submission(rows, prepared.prompt_tokens, cancel=lambda r: self._cancel(work_ref[0], r))
+        submission = Submission(rows, prepared.prompt_tokens, cancel=lambda r: self.worker.cancel(work_ref[0], r))
         work = Work(prompts=prepared.prompts, settings=prepared.settings,
                     post=lambda event: mailbox.post(submission, event))
         work_ref.append(work)
+        self._put(work)
+        return submission
+
+    def _put(self, work: Work) -> None:
+        """Hand a request to the worker: QueueFull at capacity, DecodeFailed when the engine process is gone."""
         try:
-            self._intake.queue.put_nowait(work)
+            self.worker.put(work)
         except queue.Full:
             raise QueueFull(f"request queue is full ({self.config.max_queue} waiting); retry later") from None
-        return submission
 
     def _loop_mailbox(self) -> LoopMailbox:
         """The running loop's mailbox (a new one when an app on another loop serves this engine next)."""
@@ -523,7 +426,3 @@ class Engine:
         if self._mailbox is None or self._mailbox.loop is not loop:
             self._mailbox = LoopMailbox(loop)
         return self._mailbox
-
-    @staticmethod
-    def _cancel(work: Work, rows: list[int]) -> None:
-        work.cancelled = work.cancelled | frozenset(rows)   # one reference swap: the worker reads it between steps

@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 
 #: Window of the tokens/s and rows-per-step gauges.
 RATE_WINDOW_S = 30.0
+#: The counters the worker sets (its steps, prompt tokens, time and CPU): what an engine process reports.
+WORKER_FIELDS = ("steps", "step_rows", "worker_errors", "prompt_tokens", "prefix_cache_hit_tokens",
+                 "prompt_tokens_computed", "prefill_forwards", "prefill_forwards_unbucketed", "generated_tokens",
+                 "decode_seconds", "rows_running", "cuda_graphs", "warm_up_seconds", "prefill_seconds",
+                 "step_seconds", "worker_cpu_seconds")
 
 
 @dataclass
@@ -54,6 +59,14 @@ class ServerMetrics:
     #: and the process's (read when rendering), it shows what host work a request and a step cost, and how
     #: close the two threads that share the GIL are to filling it.
     worker_cpu_seconds: float = 0.0
+    #: An engine process's requests waiting and running, from its latest snapshot (:meth:`apply_worker_snapshot`).
+    worker_queue_depth: int = 0
+    worker_requests_running: int = 0
+    #: Requests an engine process's decoder failed (the server's own count is ``failed_requests``).
+    worker_failed_requests: int = 0
+    #: The scheduler runs in an engine process (its CPU seconds are not this process's).
+    engine_process: bool = False
+    _worker_rates: tuple[float, float] | None = None   # an engine process's (tokens/s, rows a step)
     _recent: deque = field(default_factory=deque)   # (time, tokens, rows) of the steps in the window
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -70,12 +83,30 @@ class ServerMetrics:
             while self._recent and now - self._recent[0][0] > RATE_WINDOW_S:
                 self._recent.popleft()
 
+    def worker_snapshot(self, *, queue_depth: int, requests_running: int) -> dict[str, float]:
+        """The counters a worker keeps, for an engine process to send to the server."""
+        snapshot = {name: getattr(self, name) for name in WORKER_FIELDS}
+        snapshot.update(worker_failed_requests=self.failed_requests, worker_queue_depth=queue_depth,
+                        worker_requests_running=requests_running, tokens_per_second=self.tokens_per_second(),
+                        rows_per_step=self.rows_per_step())
+        return snapshot
+
+    def apply_worker_snapshot(self, snapshot: dict[str, float]) -> None:
+        """Take an engine process's counters (:meth:`worker_snapshot`) as this server's."""
+        with self._lock:
+            for name, value in snapshot.items():
+                if name not in ("tokens_per_second", "rows_per_step"):
+                    setattr(self, name, value)
+            self._worker_rates = (snapshot["tokens_per_second"], snapshot["rows_per_step"])
+
     def record_stream_error(self) -> None:
         with self._lock:
             self.stream_errors += 1
 
     def tokens_per_second(self) -> float:
         with self._lock:
+            if self._worker_rates is not None:
+                return self._worker_rates[0]
             if not self._recent:
                 return 0.0
             span = max(time.monotonic() - self._recent[0][0], 1.0)
@@ -84,6 +115,8 @@ class ServerMetrics:
     def rows_per_step(self) -> float:
         """Mean rows of the steps in the window (0 with none)."""
         with self._lock:
+            if self._worker_rates is not None:
+                return self._worker_rates[1]
             if not self._recent:
                 return 0.0
             return sum(r for _, _, r in self._recent) / len(self._recent)
@@ -106,7 +139,8 @@ class ServerMetrics:
         lines += [
             *metric("stream_errors_total", "counter", "Streams ended by an error event after they started.",
                     self.stream_errors),
-            *metric("failed_requests_total", "counter", "Requests failed by a decoder error.", self.failed_requests),
+            *metric("failed_requests_total", "counter", "Requests failed by a decoder error.",
+                    self.failed_requests + self.worker_failed_requests),
             *metric("worker_errors_total", "counter", "Worker faults outside the decoder (logged).", self.worker_errors),
             *metric("anchored_requests_total", "counter", "Requests with a response_template.",
                     self.anchored_requests),
@@ -141,6 +175,8 @@ class ServerMetrics:
                     f"{self.worker_cpu_seconds:.3f}"),
             *metric("process_cpu_seconds_total", "counter", "CPU seconds of the server process, all threads.",
                     f"{time.process_time():.3f}"),
+            *metric("engine_process", "gauge", "1 when the decode worker is an engine process of its own (its CPU "
+                    "seconds are then not the server process's).", int(self.engine_process)),
             *metric("generated_tokens_total", "counter", "Completion tokens generated.", self.generated_tokens),
             *metric("decode_seconds_total", "counter", "Seconds spent in the decoder.", f"{self.decode_seconds:.3f}"),
             *metric("tokens_per_second", "gauge", f"Generated tokens per second over the last {RATE_WINDOW_S:.0f} s.",

@@ -1,0 +1,341 @@
+"""The scheduler and the model in a child process: decode steps that do not wait on the event loop's GIL.
+
+With a worker thread (:class:`~textwm.serving.workers.ThreadWorker`) the decode steps and the event loop
+share one GIL: a step's host work (sampling, bookkeeping, launching a graph replay) waits while the loop
+parses HTTP, templates and detokenises, and small models, whose steps are mostly host work, lose most of
+their speed to it. :class:`ProcessWorker` spawns a child that loads the checkpoint and runs the same
+scheduler (warm-up included) on its main thread; the server keeps HTTP, templating, tokenising and
+detokenising. vLLM splits its API server from its engine core for the same reason.
+
+The two talk over one pipe:
+
+* server -> child: ``("work", wid, prompts, settings, layouts)``, ``("cancel", wid, rows)``, ``("stop",)``;
+  a reader thread in the child puts them on the scheduler's intake, so a big prompt never waits for a step;
+* child -> server: ``("ready", info)`` once warm (or ``("failed", traceback)``), then after every turn of
+  the scheduler that produced events, ``("events", [(wid, event), ...], snapshot)``: the events of all its
+  requests in one message, and the worker's counters (:meth:`ServerMetrics.worker_snapshot`). A reader
+  thread in the server hands each event to its request's ``post``, as the worker thread would.
+
+If the child dies, every request it held fails (:class:`~textwm.serving.scheduler.DecodeFailed`, naming
+its exit code), new ones are refused, and ``/health`` answers 503.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from textwm.serving.engine_config import EngineConfig
+from textwm.serving.metrics import ServerMetrics
+from textwm.serving.scheduler import DecodeFailed, Intake, Work
+from textwm.serving.streaming import RowsFailed
+
+log = logging.getLogger(__name__)
+
+#: Seconds the server waits for the child to load the checkpoint and warm up.
+START_TIMEOUT_S = 1800.0
+#: Seconds between the child's counter snapshots while no events flow (with events: one per message).
+SNAPSHOT_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the child loads the checkpoint from (:func:`~textwm.models.checkpoint.load_model`'s arguments)."""
+
+    path: str
+    device: str = "auto"
+    dtype: str = "auto"
+    mask_token_id: int | None = None
+
+
+class EngineProcessFailed(RuntimeError):
+    """The engine process could not start, or exited."""
+
+
+@dataclass
+class _Sent:
+    """A request the child holds: the server's Work and the rows not finished, failed or cancelled yet."""
+
+    work: Work
+    open_rows: set[int]
+
+
+class ProcessWorker:
+    """The scheduler in a child process (see the module docstring); the same surface as a thread worker.
+
+    Args:
+        source: the checkpoint the child loads.
+        config: the engine's settings (the child builds its scheduler from them).
+        metrics: the server's counters; the child's worker counters are copied in as they come.
+    """
+
+    continuous = True   # set from the child's answer at start()
+
+    def __init__(self, source: ModelSource, config: EngineConfig, metrics: ServerMetrics):
+        self.source, self.config, self.metrics = source, config, metrics
+        self.info: dict[str, Any] = {}
+        self._process: Any = None
+        self._conn: Any = None
+        self._reader: threading.Thread | None = None
+        self._lock = threading.Lock()          # the table below and the pipe's sending end
+        self._sent: dict[int, _Sent] = {}
+        self._wid_of: dict[int, int] = {}      # id(work) -> wid, while the child holds it
+        self._ids = itertools.count()
+        self._failure: str | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the child and wait until it is warm (EngineProcessFailed with its traceback if it fails)."""
+        if self._process is not None:
+            return
+        context = multiprocessing.get_context("spawn")   # CUDA cannot be used in a forked child
+        ours, theirs = context.Pipe(duplex=True)
+        self._process = context.Process(target=child_main, name="textwm-engine",
+                                        args=(theirs, self.source, self.config, logging.getLogger().level),
+                                        daemon=True)
+        self._process.start()
+        theirs.close()
+        self._conn = ours
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not ours.poll(1.0):
+            if not self._process.is_alive():
+                raise EngineProcessFailed(f"the engine process exited while starting (exit code "
+                                          f"{self._process.exitcode}); its log is above")
+            if time.monotonic() > deadline:
+                self._process.kill()
+                raise EngineProcessFailed(f"the engine process was not ready within {START_TIMEOUT_S:.0f} s")
+        kind, payload = ours.recv()
+        if kind != "ready":
+            self._process.join(timeout=30)
+            raise EngineProcessFailed(f"the engine process failed to start:\n{payload}")
+        self.info = payload
+        self.continuous = bool(payload["continuous"])
+        log.info("engine process %d ready: %s scheduler", self._process.pid, payload["scheduler"])
+        self._reader = threading.Thread(target=self._read, name="textwm-engine-reader", daemon=True)
+        self._reader.start()
+
+    def stop(self, error: BaseException) -> None:
+        """Ask the child to stop (it fails its requests with ``error``) and wait for it; kill it after 30 s."""
+        if self._process is None:
+            return
+        with contextlib.suppress(OSError):   # already gone
+            self._send(("stop", str(error)))
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            log.error("the engine process did not stop within 30 s; killing it")
+            self._process.kill()
+            self._process.join(timeout=10)
+        if self._reader is not None:
+            self._reader.join(timeout=10)
+        self._fail_all(error)
+        self._conn.close()
+        self._process = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the worker cannot serve (None: it can)."""
+        return self._failure
+
+    @property
+    def depth(self) -> int:
+        return int(self.metrics.worker_queue_depth)
+
+    # --- requests ----------------------------------------------------------------------------------
+
+    def put(self, work: Work) -> None:
+        """Send a request to the child; ``queue.Full`` when ``max_queue`` requests wait there already."""
+        if self._failure is not None:
+            raise DecodeFailed(self._failure)
+        with self._lock:
+            waiting = len(self._sent) - self.metrics.worker_requests_running
+            if waiting >= self.config.max_queue:
+                raise queue.Full
+            wid = next(self._ids)
+            self._sent[wid] = _Sent(work, set(range(len(work.prompts))))
+            self._wid_of[id(work)] = wid
+            self._conn.send(("work", wid, work.prompts, work.settings, work.layouts))
+
+    def cancel(self, work: Work, rows: list[int]) -> None:
+        with self._lock:
+            wid = self._wid_of.get(id(work))
+            if wid is None:
+                return   # done already
+            self._close_rows(wid, rows)
+            if self._failure is None:
+                self._conn.send(("cancel", wid, tuple(rows)))
+
+    def _send(self, message: tuple) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+    def _close_rows(self, wid: int, rows: Any) -> None:
+        """Rows of ``wid`` the server expects nothing more of; the request leaves the table once none is left.
+        Holds the lock."""
+        sent = self._sent.get(wid)
+        if sent is None:
+            return
+        sent.open_rows.difference_update(rows)
+        if not sent.open_rows:
+            del self._sent[wid]
+            self._wid_of.pop(id(sent.work), None)
+
+    def _read(self) -> None:
+        """The reader thread: the child's events to their requests, its counters to the server's."""
+        kind = None
+        while True:
+            try:
+                kind, events, snapshot = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            self.metrics.apply_worker_snapshot(snapshot)
+            for wid, event in events:
+                with self._lock:
+                    sent = self._sent.get(wid)
+                    if sent is None:
+                        continue   # cancelled by the server meanwhile
+                    if isinstance(event, RowsFailed):
+                        self._close_rows(wid, list(sent.open_rows))
+                    elif event.finished is not None:
+                        self._close_rows(wid, [event.row])
+                sent.work.post(event)
+            if kind == "bye":
+                break
+        if kind == "bye":
+            return
+        self._process.join(timeout=10)
+        code = self._process.exitcode
+        if self._failure is None:
+            self._failure = f"the engine process exited (exit code {code}); the server log has its error"
+            log.error("%s", self._failure)
+            self._fail_all(DecodeFailed(self._failure))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._lock:
+            sent, self._sent = list(self._sent.values()), {}
+            self._wid_of.clear()
+        for s in sent:
+            s.work.post(RowsFailed(error))
+
+
+# --- the child ------------------------------------------------------------------------------------------
+
+
+def child_main(conn: Any, source: ModelSource, config: EngineConfig, log_level: int) -> None:
+    """The engine process: load, build the scheduler (warm-up included), say ready, then serve until stopped."""
+    logging.basicConfig(level=log_level or logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s [engine process]: %(message)s")
+    metrics = ServerMetrics()
+    intake = Intake(0)   # unbounded: the server bounds what it sends
+    try:
+        # heavy: loads torch and transformers (only the child needs the weights)
+        from textwm.generation.decoders import make_decoder
+        from textwm.models.checkpoint import load_model
+        from textwm.serving.workers import make_scheduler
+
+        loaded = load_model(source.path, device=source.device, dtype=source.dtype,
+                            mask_token_id=source.mask_token_id)
+        scheduler = make_scheduler(loaded, config, intake, metrics, lambda: make_decoder(
+            loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id))
+    except Exception:  # noqa: BLE001  (sent to the server, which raises it with this traceback)
+        conn.send(("failed", traceback.format_exc()))
+        conn.close()
+        return
+    from textwm.serving.scheduler import ContinuousScheduler
+
+    continuous = isinstance(scheduler, ContinuousScheduler)
+    conn.send(("ready", {"continuous": continuous, "scheduler": type(scheduler).__name__,
+                         "vocab_size": int(loaded.model.get_input_embeddings().weight.shape[0])}))
+    _ChildLoop(conn, scheduler, intake, metrics).run()
+
+
+class _ChildLoop:
+    """The child's two threads: a reader that puts the server's messages on the intake, and the main thread,
+    which runs the scheduler's turns and sends each turn's events in one message."""
+
+    def __init__(self, conn: Any, scheduler: Any, intake: Intake, metrics: ServerMetrics):
+        self.conn, self.scheduler, self.intake, self.metrics = conn, scheduler, intake, metrics
+        self.works: dict[int, Work] = {}   # wid -> Work, for cancels (left once its rows are all done)
+        self.open: dict[int, set[int]] = {}
+        self.outbox: list[tuple[int, Any]] = []
+        self.stopping: str | None = None
+        self.lock = threading.Lock()   # works / open, shared by the reader and the main thread
+
+    def run(self) -> None:
+        from textwm.serving.workers import run_turn
+
+        reader = threading.Thread(target=self._read, name="textwm-engine-intake", daemon=True)
+        reader.start()
+        last_snapshot = 0.0
+        while self.stopping is None:
+            run_turn(self.scheduler, self.metrics)   # idle: waits on the intake, at most IDLE_POLL_S
+            self.metrics.worker_cpu_seconds = time.thread_time()
+            now = time.monotonic()
+            if self.outbox or now - last_snapshot > SNAPSHOT_EVERY_S:
+                self._flush("events")
+                last_snapshot = now
+        self.scheduler.shutdown(DecodeFailed(self.stopping))
+        self._flush("bye")
+        self.conn.close()
+
+    def _flush(self, kind: str) -> None:
+        events, self.outbox = self.outbox, []
+        snapshot = self.metrics.worker_snapshot(queue_depth=self.intake.depth, requests_running=self._running())
+        try:
+            self.conn.send((kind, events, snapshot))
+        except OSError:   # the server is gone: nothing to serve
+            self.stopping = self.stopping or "the server went away"
+
+    def _running(self) -> int:
+        active = getattr(self.scheduler, "active", None)
+        return len({id(work) for work, _ in active.values()}) if active is not None else 0
+
+    def _post(self, wid: int, event: Any) -> None:
+        """A Work's ``post`` in the child: the event goes out with the turn's message."""
+        self.outbox.append((wid, event))
+        with self.lock:
+            rows = self.open.get(wid)
+            if rows is None:
+                return
+            if isinstance(event, RowsFailed):
+                rows.clear()
+            elif event.finished is not None:
+                rows.discard(event.row)
+            if not rows:
+                del self.open[wid], self.works[wid]
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                self.stopping = self.stopping or "the server went away"
+                return
+            kind = message[0]
+            if kind == "work":
+                _, wid, prompts, settings, layouts = message
+                work = Work(prompts=prompts, settings=settings, layouts=layouts,
+                            post=lambda event, wid=wid: self._post(wid, event))
+                with self.lock:
+                    self.works[wid], self.open[wid] = work, set(range(len(prompts)))
+                self.intake.queue.put_nowait(work)
+            elif kind == "cancel":
+                _, wid, rows = message
+                with self.lock:
+                    work = self.works.get(wid)
+                    if work is not None:
+                        work.cancelled = work.cancelled | frozenset(rows)
+                        self.open[wid].difference_update(rows)
+                        if not self.open[wid]:
+                            del self.open[wid], self.works[wid]
+            elif kind == "stop":
+                self.stopping = message[1]
+                return
