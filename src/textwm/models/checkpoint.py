@@ -351,7 +351,7 @@ def convert_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, *, block_
     """Convert an AR checkpoint on disk: load ``src`` (a folder, a hub id or a pretrained start name), turn it into
     a checkpoint of the masked ``family`` (:func:`convert_to_family`: SDAR, WeDLM), save to ``dst``."""
     # heavy: loads torch and transformers
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from textwm.models import sdar, wedlm  # noqa: F401  (register the sdar, sdar_moe and wedlm model types)
 
