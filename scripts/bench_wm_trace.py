@@ -143,8 +143,9 @@ async def replay(url: str, rollouts: list[list[list[dict]]], *, concurrency: int
 
 
 def cache_counters(port: int) -> dict[str, float]:
-    """The native server's prompt-token counters, its CUDA graphs and warm-up seconds (``/metrics``)."""
+    """The native server's prompt-token counters, its CUDA graphs, compiles and warm-up seconds (``/metrics``)."""
     names = ("prompt_tokens_total", "prefix_cache_hit_tokens_total", "prompt_tokens_computed_total", "cuda_graphs",
+             "compiles",
              "warm_up_seconds", "prefill_seconds_total", "step_seconds_total", "prefill_forwards_total",
              "prefill_forwards_unbucketed_total")
     return server_metrics(port, {name: name for name in names})
@@ -260,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                            engine_steps_per_s=round((steps_after["steps"] - steps_before["steps"]) / got["seconds"], 1),
                            # graphs captured while this replay's requests waited (0 after a warm-up of every shape)
                            graphs_captured=int(after["cuda_graphs"] - before["cuda_graphs"]),
+                           # ... and compiles (torch.compile graphs, attention-kernel variants; -1: not countable)
+                           compiles=(-1 if min(after["compiles"], before["compiles"]) < 0
+                                     else int(after["compiles"] - before["compiles"])),
                            warm_up_s=round(after["warm_up_seconds"], 2),
                            # where the engine's time went: prefills of joining rows, decode steps
                            prefill_s=round(after["prefill_seconds_total"] - before["prefill_seconds_total"], 2),
@@ -273,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got['generated_tokens_per_s']:8.1f} generated tok/s, {got['prompt_tokens_per_s']:9.1f} prompt "
                       f"tok/s, p50 {got['p50_ms']:7.1f} ms, p99 {got['p99_ms']:7.1f} ms, cache {got['cache_hit_share']:.3f}"
                       f" of prompt tokens (at most {got['upper_bound_share']:.3f}), {got['engine_steps_per_s']} steps/s, "
-                      f"{got['graphs_captured']} graphs captured (warm-up {got['warm_up_s']} s), engine: prefill "
+                      f"{got['graphs_captured']} graphs captured and {got['compiles']} compiles (warm-up {got['warm_up_s']} s), "
+                      f"engine: prefill "
                       f"{got['prefill_s']} s ({got['prefill_forwards']} forwards, {got['eager_prefills']} eager), "
                       f"steps {got['step_s']} s",
                       flush=True)

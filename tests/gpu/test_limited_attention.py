@@ -1,6 +1,8 @@
 """The engine's limit-reading attention kernel equals masked SDPA, and the engine with it equals the reference
 decoders (run with `pytest -m gpu`)."""
 
+import random
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -138,3 +140,29 @@ def test_grpo_joins_through_prefill_graphs_decode_as_the_reference(family, tiny_
         got, ref = engine.generate(prompts, settings), decoder.generate(prompts, settings)
         assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in ref]
     assert engine.num_graphs == warmed and engine.prompt_stats.hit_tokens > 0
+
+
+@pytest.mark.parametrize("family", ["sdar", "ar"])
+def test_after_the_warm_up_eager_prefills_of_new_widths_compile_nothing(family, tiny_sdar_dir, tiny_ar_dir):
+    """Joins too wide for a bucketed prefill run eagerly at their own width: after the warm-up, no width (whatever
+    its divisibility by 8 or 16, one row or two, after a cached prefix or not) compiles a graph or a kernel
+    variant while it waits, and the answers are the reference decoder's."""
+    path = {"sdar": tiny_sdar_dir, "ar": tiny_ar_dir}[family]
+    lm = load_model(path, device="cuda", dtype="float32")
+    lm = {"sdar": untie_head}.get(family, lambda x: x)(lm)
+    settings = DecodeSettings(gen_length=8, temperature=0, block_length=4, denoising_steps=2)
+    engine = DecodeEngine(lm.model, lm.spec, max_rows=4, max_len=256, attention="limited", prefix_block_tokens=16,
+                          prefill_graph_tokens=32)
+    engine.warm_up(settings)
+    compiled = engine.num_compiles
+    assert compiled >= 0, "this Triton's compiled kernel variants cannot be counted"
+    rng = random.Random(1)
+    decoder = reference_decoder(lm.model, lm.spec)
+    for width in (80, 88, 97, 112, 131):
+        a, b = ([rng.randrange(10, len(lm.tokenizer)) for _ in range(n)] for n in (width + 45, width))
+        # one row whole; then two rows: ``a`` after its cached prefix (45 tokens or more left), ``b`` whole
+        for prompts in ([a[:width]], [a, b]):
+            got, ref = engine.generate(prompts, settings), decoder.generate(prompts, settings)
+            assert [g.token_ids for g in got] == [g.token_ids for g in ref]
+    assert engine.prefill.stats.unbucketed_forwards > 0 and engine.prompt_stats.hit_tokens > 0
+    assert engine.num_compiles == compiled

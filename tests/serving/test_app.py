@@ -112,6 +112,7 @@ def test_metrics_count_requests_and_errors(client):
     assert 'textwm_requests_total{model="tiny-wm"}' in text
     assert 'textwm_request_errors_total{model="tiny-wm",status="400"}' in text
     assert "textwm_tokens_per_second" in text and "textwm_queue_depth" in text
+    assert 'textwm_compiles{model="tiny-wm"}' in text and 'textwm_engine_process{model="tiny-wm"} 0' in text
 
 
 def test_metrics_give_the_cpu_seconds_of_the_loop_the_worker_and_the_process(client):

@@ -276,9 +276,8 @@ class Engine:
             self._templates = TemplateSandbox()
         return self._templates
 
-    def _rows(self, request: SamplingRequest, prompts: list[list[int]]) -> tuple[DecodeSettings, int, list[list[int]]]:
-        """Settings, max_tokens and the rows (``n`` copies of each prompt) of a request, with the length checks."""
-        settings, max_tokens = self.settings_for(request)
+    def _rows(self, request: SamplingRequest, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """The rows (``n`` copies of each prompt) of a request, with the length checks."""
         for p in prompts:
             if len(p) + max_tokens > self.config.max_model_len:
                 raise RequestError(f"prompt ({len(p)} tokens) + max_tokens ({max_tokens}) exceeds the server's "
@@ -287,15 +286,15 @@ class Engine:
         if len(rows) > self.config.max_batch_size:
             raise RequestError(f"{len(prompts)} prompt(s) x n={request.n} is {len(rows)} rows, more than the "
                                f"server's max_batch_size {self.config.max_batch_size}; send fewer")
-        return settings, max_tokens, rows
+        return rows
 
     async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
         """Check and tokenise a chat request (raises UnknownModel / RequestError for the HTTP layer to map)."""
         self.check_model(request.model)
         stops = self.check_limits(request)
-        self.settings_for(request)  # bad settings fail before the (slower) template work
+        settings, max_tokens = self.settings_for(request)  # bad settings fail before the (slower) template work
         prompt = await asyncio.to_thread(self.encode, request)  # tokenising and templating: off the event loop
-        settings, max_tokens, rows = self._rows(request, [prompt])
+        rows = self._rows(request, [prompt], max_tokens)
         return Prepared(rows, settings, max_tokens, len(prompt), stops,
                         layouts=self._layouts(request, settings, max_tokens, rows))
 
@@ -303,9 +302,9 @@ class Engine:
         """Check and tokenise a legacy completions request (no chat template)."""
         self.check_model(request.model)
         stops = self.check_limits(request)
-        self.settings_for(request)
+        settings, max_tokens = self.settings_for(request)
         prompts = await asyncio.to_thread(self.encode_prompts, request)
-        settings, max_tokens, rows = self._rows(request, prompts)
+        rows = self._rows(request, prompts, max_tokens)
         echo = None
         if request.echo:
             texts = [p if isinstance(p, str) else self.tokenizer.decode(p) for p in request.prompts()]

@@ -19,7 +19,7 @@ RATE_WINDOW_S = 30.0
 #: The counters the worker sets (its steps, prompt tokens, time and CPU): what an engine process reports.
 WORKER_FIELDS = ("steps", "step_rows", "worker_errors", "prompt_tokens", "prefix_cache_hit_tokens",
                  "prompt_tokens_computed", "prefill_forwards", "prefill_forwards_unbucketed", "generated_tokens",
-                 "decode_seconds", "rows_running", "cuda_graphs", "warm_up_seconds", "prefill_seconds",
+                 "decode_seconds", "rows_running", "cuda_graphs", "compiles", "warm_up_seconds", "prefill_seconds",
                  "step_seconds", "worker_cpu_seconds")
 
 
@@ -52,6 +52,9 @@ class ServerMetrics:
     #: count that grows while requests run means requests waited for captures.
     cuda_graphs: int = 0
     warm_up_seconds: float = 0.0
+    #: Graphs torch.compile built and attention-kernel variants Triton compiled in the engine's process (set by
+    #: the worker thread; -1: not countable here): as with the graphs, growth while requests run is waiting.
+    compiles: int = 0
     #: Seconds the continuous engine spent in prefills (joins) and in decode steps (set by the worker thread).
     prefill_seconds: float = 0.0
     step_seconds: float = 0.0
@@ -163,6 +166,8 @@ class ServerMetrics:
             *metric("rows_per_step", "gauge", f"Mean rows a step over the last {RATE_WINDOW_S:.0f} s.",
                     f"{self.rows_per_step():.2f}"),
             *metric("cuda_graphs", "gauge", "CUDA graphs the continuous engine has captured.", self.cuda_graphs),
+            *metric("compiles", "gauge", "Graphs torch.compile built and attention-kernel variants compiled in the "
+                    "engine's process (-1: not countable).", self.compiles),
             *metric("warm_up_seconds", "gauge", "Seconds the engine's warm-up took before serving.",
                     f"{self.warm_up_seconds:.3f}"),
             *metric("prefill_seconds_total", "counter", "Seconds the continuous engine spent prefilling joining rows.",

@@ -302,7 +302,7 @@ class ContinuousScheduler:
         m.prompt_tokens, m.prefix_cache_hit_tokens, m.prompt_tokens_computed = (
             prompts.prompt_tokens, prompts.hit_tokens, prompts.computed_tokens)
         m.prefill_forwards, m.prefill_forwards_unbucketed = prompts.forwards, prompts.unbucketed_forwards
-        m.cuda_graphs, m.warm_up_seconds = self.engine.num_graphs, stats.warm_up_s
+        m.cuda_graphs, m.compiles, m.warm_up_seconds = self.engine.num_graphs, self.engine.num_compiles, stats.warm_up_s
         m.prefill_seconds, m.step_seconds = stats.prefill_s, stats.decode_s
 
     def _fail_running(self, exc: BaseException, seconds: float) -> None:

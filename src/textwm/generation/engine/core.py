@@ -352,10 +352,13 @@ class DecodeEngine:
         for prompts in ([[pad] * short], [[pad] * long], [[pad] * short, [pad] * long]):
             self.generate(prompts, settings)
         if self.prefill.graph_tokens:
-            # Those prefills ran as bucketed graphs: the eager prefill of joins wider than a graph compiles here.
+            # Those prefills ran as bucketed graphs: the eager prefill of joins wider than a graph compiles here, at
+            # two widths for each row count, so that dynamo compiles the width as a dynamic size, not this one.
             with _preferred_blas(self.blas), torch.no_grad():
                 for rows in (1, 2):
-                    self.net.prefill(torch.arange(rows, device=self.net.device) % self.max_rows, [[pad] * long] * rows)
+                    for width in sorted({long, max(1, long - 1)}):
+                        self.net.prefill(torch.arange(rows, device=self.net.device) % self.max_rows,
+                                         [[pad] * width] * rows)
         if every_shape:
             self._start(settings)
             with _preferred_blas(self.blas), torch.no_grad():
@@ -371,6 +374,18 @@ class DecodeEngine:
     def num_graphs(self) -> int:
         """CUDA graphs captured so far (0 without graphs)."""
         return self.forward.num_graphs
+
+    @property
+    def num_compiles(self) -> int:
+        """Graphs torch.compile built in this process so far plus the attention kernel's compiled variants: a
+        count that grows while requests run means they waited for a compile (-1 where this Triton hides its
+        variants)."""
+        from torch._dynamo.utils import counters
+
+        from textwm.generation.engine.limited_attention import compiled_variants
+
+        kernels = compiled_variants()
+        return -1 if kernels is None else int(counters["stats"]["unique_graphs"]) + kernels
 
     def _sync(self) -> None:
         if self.net.device.type == "cuda":

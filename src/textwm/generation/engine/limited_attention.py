@@ -80,8 +80,24 @@ def limited_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, limits:
     return out
 
 
+#: Integer arguments that follow the prompt's width. Triton compiles one variant of a kernel per divisibility
+#: of its integer arguments by 16 (and per value 1); left to it, a join of a width not seen before (an eager
+#: prefill wider than the bucketed ones) would compile a new variant while requests wait.
+UNSPECIALISED = ("slb", "cols", "nq", "rows_per_head")
+
+
+def compiled_variants() -> int | None:
+    """Variants of the kernel compiled in this process so far (None where this Triton keeps them elsewhere)."""
+    if triton is None:
+        return 0
+    try:
+        return sum(len(cache[0]) for cache in _limited_attention_kernel.device_caches.values())
+    except (AttributeError, TypeError, IndexError):
+        return None
+
+
 if triton is not None:
-    @triton.jit
+    @triton.jit(do_not_specialize=UNSPECIALISED)
     def _limited_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lim_ptr, rows_ptr, scale,
                                   sqb, sqh, sqq, sqd, skb, skh, skt, skd, svb, svh, svt, svd,
                                   sob, soh, soq, sod, slb,
