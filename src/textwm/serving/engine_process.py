@@ -27,6 +27,7 @@ import itertools
 import logging
 import multiprocessing
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -90,6 +91,7 @@ class ProcessWorker:
         self._wid_of: dict[int, int] = {}      # id(work) -> wid, while the child holds it
         self._ids = itertools.count()
         self._failure: str | None = None
+        self._stopping = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -97,6 +99,7 @@ class ProcessWorker:
         """Spawn the child and wait until it is warm (EngineProcessFailed with its traceback if it fails)."""
         if self._process is not None:
             return
+        self._stopping, self._failure = False, None
         context = multiprocessing.get_context("spawn")   # CUDA cannot be used in a forked child
         ours, theirs = context.Pipe(duplex=True)
         self._process = context.Process(target=child_main, name="textwm-engine",
@@ -127,6 +130,7 @@ class ProcessWorker:
         """Ask the child to stop (it fails its requests with ``error``) and wait for it; kill it after 30 s."""
         if self._process is None:
             return
+        self._stopping = True
         with contextlib.suppress(OSError):   # already gone
             self._send(("stop", str(error)))
         self._process.join(timeout=30)
@@ -213,7 +217,7 @@ class ProcessWorker:
             return
         self._process.join(timeout=10)
         code = self._process.exitcode
-        if self._failure is None:
+        if self._failure is None and not self._stopping:
             self._failure = f"the engine process exited (exit code {code}); the server log has its error"
             log.error("%s", self._failure)
             self._fail_all(DecodeFailed(self._failure))
@@ -230,7 +234,12 @@ class ProcessWorker:
 
 
 def child_main(conn: Any, source: ModelSource, config: EngineConfig, log_level: int) -> None:
-    """The engine process: load, build the scheduler (warm-up included), say ready, then serve until stopped."""
+    """The engine process: load, build the scheduler (warm-up included), say ready, then serve until stopped.
+
+    It ignores SIGINT and SIGTERM, which reach it with the server's (a Ctrl-C, a process-group kill): the server
+    stops it after failing its requests, and a server that died closes the pipe, which ends it too."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=log_level or logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s [engine process]: %(message)s")
     metrics = ServerMetrics()
