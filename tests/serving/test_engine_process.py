@@ -2,6 +2,7 @@
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -76,7 +77,8 @@ def test_an_engine_process_reports_its_counters_on_the_servers_metrics(served):
 def test_a_client_that_leaves_frees_its_rows_in_the_engine_process(served):
     _, process, _ = served
     with process.stream("POST", "/v1/chat/completions",
-                        json={"messages": MSG, "max_tokens": 400, "stream": True, "ignore_eos": True}) as r:
+                        json={"messages": MSG, "max_tokens": 400, "stream": True, "temperature": 0}) as r:
+        assert r.status_code == 200
         next(r.iter_lines())   # the stream started; leave
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _metric(process.get("/metrics").text, "rows_running"):
@@ -84,18 +86,40 @@ def test_a_client_that_leaves_frees_its_rows_in_the_engine_process(served):
     assert _metric(process.get("/metrics").text, "rows_running") == 0
 
 
-def test_a_dead_engine_process_fails_its_requests_and_the_health_check(tiny_ar_dir):
+@pytest.mark.slow
+@pytest.mark.parametrize(("signal_", "said"), [("kill", "engine process exited"),
+                                                ("terminate", "engine process stopped by itself")])
+def test_a_dead_engine_process_fails_its_requests_and_the_health_check(tiny_ar_dir, signal_, said):
     engine = _process_engine(tiny_ar_dir)
     with TestClient(create_app(engine)) as client:
         assert client.get("/health").status_code == 200
-        engine.worker._process.kill()
+        getattr(engine.worker._process, signal_)()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and client.get("/health").status_code == 200:
             time.sleep(0.05)
         health = client.get("/health")
-        assert health.status_code == 503 and "engine process exited" in health.json()["error"]["message"]
+        assert health.status_code == 503 and said in health.json()["error"]["message"]
         r = client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4})
-        assert r.status_code == 500 and "engine process exited" in r.json()["error"]["message"]
+        assert r.status_code == 500 and said in r.json()["error"]["message"]
+
+
+@pytest.mark.slow
+def test_an_engine_process_bounds_the_requests_waiting_and_restarts_with_its_counters(tiny_ar_dir):
+    engine = _process_engine(tiny_ar_dir, max_queue=1, max_batch_size=1)
+    body = {"messages": MSG, "max_tokens": 64, "temperature": 0}
+    with TestClient(create_app(engine)) as client, ThreadPoolExecutor(6) as pool:
+        statuses = sorted(r.status_code for r in pool.map(lambda _: client.post("/v1/chat/completions", json=body),
+                                                          range(6)))
+        assert statuses[0] == 200 and statuses[-1] == 503, statuses   # one running, one waiting: the rest refused
+        assert client.get("/health").json()["queue_depth"] == 0
+        steps = _metric(client.get("/metrics").text, "decode_steps_total")
+        assert steps > 0
+    with TestClient(create_app(engine)) as client:   # a second app: a new engine process, the counters go on
+        assert client.post("/v1/chat/completions", json={"messages": MSG, "max_tokens": 4}).status_code == 200
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _metric(client.get("/metrics").text, "decode_steps_total") <= steps:
+            time.sleep(0.05)
+        assert _metric(client.get("/metrics").text, "decode_steps_total") > steps
 
 
 def test_an_engine_process_that_cannot_load_says_why(tmp_path, tiny_ar_dir):

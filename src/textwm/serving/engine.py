@@ -122,6 +122,8 @@ class Engine:
         self._mailbox: LoopMailbox | None = None
         if self.block_causal:
             loaded.spec.require_diffusion(config.defaults.block_length, rules=config.defaults.sdar_rules)
+        if loaded.model is not None:
+            _ = self.decoder   # the family's checks of the checkpoint (a mask token) fail here, before serving
 
     @functools.cached_property
     def decoder(self) -> Any:

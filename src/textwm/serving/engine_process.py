@@ -86,63 +86,81 @@ class ProcessWorker:
         self._process: Any = None
         self._conn: Any = None
         self._reader: threading.Thread | None = None
-        self._lock = threading.Lock()          # the table below and the pipe's sending end
+        self._lock = threading.Lock()          # the tables below, the flags and the pipe's sending end
         self._sent: dict[int, _Sent] = {}
         self._wid_of: dict[int, int] = {}      # id(work) -> wid, while the child holds it
         self._ids = itertools.count()
+        self._last_taken = -1                  # the last wid the child had taken at its latest snapshot
+        self._base: dict[str, float] = {}      # the worker counters when this child started
         self._failure: str | None = None
         self._stopping = False
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Spawn the child and wait until it is warm (EngineProcessFailed with its traceback if it fails)."""
+        """Spawn the child and wait until it is warm (EngineProcessFailed with its traceback if it fails; the child
+        is then gone, and a next start() spawns another)."""
         if self._process is not None:
             return
-        self._stopping, self._failure = False, None
         context = multiprocessing.get_context("spawn")   # CUDA cannot be used in a forked child
         ours, theirs = context.Pipe(duplex=True)
-        self._process = context.Process(target=child_main, name="textwm-engine",
-                                        args=(theirs, self.source, self.config, logging.getLogger().level),
-                                        daemon=True)
-        self._process.start()
+        process = context.Process(target=child_main, name="textwm-engine",
+                                  args=(theirs, self.source, self.config, logging.getLogger().level), daemon=True)
+        process.start()
         theirs.close()
-        self._conn = ours
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ours.poll(1.0):
-            if not self._process.is_alive():
-                raise EngineProcessFailed(f"the engine process exited while starting (exit code "
-                                          f"{self._process.exitcode}); its log is above")
-            if time.monotonic() > deadline:
-                self._process.kill()
-                raise EngineProcessFailed(f"the engine process was not ready within {START_TIMEOUT_S:.0f} s")
-        kind, payload = ours.recv()
-        if kind != "ready":
-            self._process.join(timeout=30)
-            raise EngineProcessFailed(f"the engine process failed to start:\n{payload}")
-        self.info = payload
-        self.continuous = bool(payload["continuous"])
-        log.info("engine process %d ready: %s scheduler", self._process.pid, payload["scheduler"])
+        try:
+            self.info = self._wait_ready(process, ours)
+        except BaseException:
+            process.kill()
+            process.join(timeout=10)
+            ours.close()
+            raise
+        with self._lock:
+            self._process, self._conn = process, ours
+            self._stopping, self._failure, self._last_taken = False, None, -1
+            self._base = self.metrics.worker_totals()
+        self.continuous = bool(self.info["continuous"])
+        log.info("engine process %d ready: %s scheduler", process.pid, self.info["scheduler"])
         self._reader = threading.Thread(target=self._read, name="textwm-engine-reader", daemon=True)
         self._reader.start()
 
+    @staticmethod
+    def _wait_ready(process: Any, conn: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not conn.poll(1.0):
+            if not process.is_alive():
+                break   # its end of the pipe may stay open a moment after it exits
+            if time.monotonic() > deadline:
+                raise EngineProcessFailed(f"the engine process was not ready within {START_TIMEOUT_S:.0f} s")
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            process.join(timeout=10)
+            raise EngineProcessFailed(f"the engine process exited while starting (exit code {process.exitcode}); "
+                                      f"the server log has its output") from None
+        if kind != "ready":
+            raise EngineProcessFailed(f"the engine process failed to start:\n{payload}")
+        return payload
+
     def stop(self, error: BaseException) -> None:
         """Ask the child to stop (it fails its requests with ``error``) and wait for it; kill it after 30 s."""
-        if self._process is None:
-            return
-        self._stopping = True
-        with contextlib.suppress(OSError):   # already gone
-            self._send(("stop", str(error)))
-        self._process.join(timeout=30)
-        if self._process.is_alive():
+        with self._lock:
+            process, self._stopping = self._process, True
+            if process is None:
+                return
+            with contextlib.suppress(OSError):   # already gone
+                self._conn.send(("stop", str(error)))
+        process.join(timeout=30)
+        if process.is_alive():
             log.error("the engine process did not stop within 30 s; killing it")
-            self._process.kill()
-            self._process.join(timeout=10)
+            process.kill()
+            process.join(timeout=10)
         if self._reader is not None:
             self._reader.join(timeout=10)
         self._fail_all(error)
-        self._conn.close()
-        self._process = None
+        with self._lock:
+            self._conn.close()
+            self._process = None
 
     @property
     def failure(self) -> str | None:
@@ -151,22 +169,30 @@ class ProcessWorker:
 
     @property
     def depth(self) -> int:
-        return int(self.metrics.worker_queue_depth)
+        """Requests waiting: the child's queue at its latest snapshot plus those sent since."""
+        with self._lock:
+            return self._waiting()
+
+    def _waiting(self) -> int:
+        return int(self.metrics.worker_queue_depth) + sum(1 for wid in self._sent if wid > self._last_taken)
 
     # --- requests ----------------------------------------------------------------------------------
 
     def put(self, work: Work) -> None:
-        """Send a request to the child; ``queue.Full`` when ``max_queue`` requests wait there already."""
-        if self._failure is not None:
-            raise DecodeFailed(self._failure)
+        """Send a request to the child: ``queue.Full`` when ``max_queue`` requests wait, DecodeFailed when the
+        child is gone or stopping."""
         with self._lock:
-            waiting = len(self._sent) - self.metrics.worker_requests_running
-            if waiting >= self.config.max_queue:
+            if self._failure is not None or self._stopping or self._process is None:
+                raise DecodeFailed(self._failure or "the engine process is not running")
+            if self._waiting() >= self.config.max_queue:
                 raise queue.Full
             wid = next(self._ids)
+            try:
+                self._conn.send(("work", wid, work.prompts, work.settings, work.layouts))
+            except OSError as exc:   # it died a moment ago: the reader is about to say so
+                raise DecodeFailed(f"the engine process is gone ({exc})") from None
             self._sent[wid] = _Sent(work, set(range(len(work.prompts))))
             self._wid_of[id(work)] = wid
-            self._conn.send(("work", wid, work.prompts, work.settings, work.layouts))
 
     def cancel(self, work: Work, rows: list[int]) -> None:
         with self._lock:
@@ -174,12 +200,9 @@ class ProcessWorker:
             if wid is None:
                 return   # done already
             self._close_rows(wid, rows)
-            if self._failure is None:
-                self._conn.send(("cancel", wid, tuple(rows)))
-
-    def _send(self, message: tuple) -> None:
-        with self._lock:
-            self._conn.send(message)
+            if self._failure is None and not self._stopping:
+                with contextlib.suppress(OSError):   # it died: its rows are gone anyway
+                    self._conn.send(("cancel", wid, tuple(rows)))
 
     def _close_rows(self, wid: int, rows: Any) -> None:
         """Rows of ``wid`` the server expects nothing more of; the request leaves the table once none is left.
@@ -193,41 +216,58 @@ class ProcessWorker:
             self._wid_of.pop(id(sent.work), None)
 
     def _read(self) -> None:
-        """The reader thread: the child's events to their requests, its counters to the server's."""
-        kind = None
-        while True:
+        """The reader thread: the child's events to their requests, its counters to the server's. However it ends
+        (the child exits, a message it cannot take), the requests left fail and the worker reports why."""
+        kind, why = None, None
+        try:
+            while kind != "bye":
+                try:
+                    kind, events, snapshot = self._conn.recv()
+                except (EOFError, OSError):
+                    break
+                self._deliver(events, snapshot)
+        except Exception as exc:   # reported below: no request may wait on a dead reader
+            log.exception("the engine process's messages could not be read")
+            why = f"the server could not read the engine process's messages ({type(exc).__name__}: {exc})"
+        if self._stopping and why is None:
+            return   # the server stopped it
+        if why is None and kind == "bye":
+            why = "the engine process stopped by itself (it was sent SIGTERM); restart the server"
+        elif why is None:
+            process = self._process
+            process.join(timeout=10)
+            why = f"the engine process exited (exit code {process.exitcode}); the server log has its error"
+        self._failure = why
+        log.error("%s", why)
+        with self._lock:
+            self.metrics.failed_requests += len({id(s.work) for s in self._sent.values()})
+        self._fail_all(DecodeFailed(why))
+
+    def _deliver(self, events: list[tuple[int, Any]], snapshot: dict[str, float]) -> None:
+        with self._lock:
+            self._last_taken = int(snapshot.pop("last_taken"))
+        self.metrics.apply_worker_snapshot(snapshot, self._base)
+        for wid, event in events:
+            with self._lock:
+                sent = self._sent.get(wid)
+                if sent is None:
+                    continue   # cancelled by the server meanwhile
+                if isinstance(event, RowsFailed):
+                    self._close_rows(wid, list(sent.open_rows))
+                elif event.finished is not None:
+                    self._close_rows(wid, [event.row])
             try:
-                kind, events, snapshot = self._conn.recv()
-            except (EOFError, OSError):
-                break
-            self.metrics.apply_worker_snapshot(snapshot)
-            for wid, event in events:
-                with self._lock:
-                    sent = self._sent.get(wid)
-                    if sent is None:
-                        continue   # cancelled by the server meanwhile
-                    if isinstance(event, RowsFailed):
-                        self._close_rows(wid, list(sent.open_rows))
-                    elif event.finished is not None:
-                        self._close_rows(wid, [event.row])
                 sent.work.post(event)
-            if kind == "bye":
-                break
-        if kind == "bye":
-            return
-        self._process.join(timeout=10)
-        code = self._process.exitcode
-        if self._failure is None and not self._stopping:
-            self._failure = f"the engine process exited (exit code {code}); the server log has its error"
-            log.error("%s", self._failure)
-            self._fail_all(DecodeFailed(self._failure))
+            except Exception:   # one request's delivery must not strand the others
+                log.exception("could not hand the engine process's event to its request")
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
             sent, self._sent = list(self._sent.values()), {}
             self._wid_of.clear()
         for s in sent:
-            s.work.post(RowsFailed(error))
+            with contextlib.suppress(Exception):   # a closed event loop: nobody waits for it
+                s.work.post(RowsFailed(error))
 
 
 # --- the child ------------------------------------------------------------------------------------------
@@ -236,14 +276,14 @@ class ProcessWorker:
 def child_main(conn: Any, source: ModelSource, config: EngineConfig, log_level: int) -> None:
     """The engine process: load, build the scheduler (warm-up included), say ready, then serve until stopped.
 
-    It ignores SIGINT and SIGTERM, which reach it with the server's (a Ctrl-C, a process-group kill): the server
-    stops it after failing its requests, and a server that died closes the pipe, which ends it too."""
+    A Ctrl-C reaches it with the server's and is ignored: the server stops it after failing its requests. SIGTERM
+    (a process-group kill, multiprocessing's clean-up at the server's exit) stops it after the turn under way,
+    and a server that died closes the pipe, which stops it too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=log_level or logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s [engine process]: %(message)s")
-    metrics = ServerMetrics()
-    intake = Intake(0)   # unbounded: the server bounds what it sends
+    child = _ChildLoop(conn, ServerMetrics())
+    signal.signal(signal.SIGTERM, lambda *_: child.stop("the engine process was terminated"))
     try:
         # heavy: loads torch and transformers (only the child needs the weights)
         from textwm.generation.decoders import make_decoder
@@ -252,31 +292,41 @@ def child_main(conn: Any, source: ModelSource, config: EngineConfig, log_level: 
 
         loaded = load_model(source.path, device=source.device, dtype=source.dtype,
                             mask_token_id=source.mask_token_id)
-        scheduler = make_scheduler(loaded, config, intake, metrics, lambda: make_decoder(
+        child.scheduler = make_scheduler(loaded, config, child.intake, child.metrics, lambda: make_decoder(
             loaded.model, loaded.spec, pad_token_id=loaded.tokenizer.pad_token_id))
     except Exception:  # noqa: BLE001  (sent to the server, which raises it with this traceback)
         conn.send(("failed", traceback.format_exc()))
         conn.close()
         return
+    if child.stopping is not None:
+        conn.send(("failed", child.stopping))
+        conn.close()
+        return
     from textwm.serving.scheduler import ContinuousScheduler
 
-    continuous = isinstance(scheduler, ContinuousScheduler)
-    conn.send(("ready", {"continuous": continuous, "scheduler": type(scheduler).__name__,
+    conn.send(("ready", {"continuous": isinstance(child.scheduler, ContinuousScheduler),
+                         "scheduler": type(child.scheduler).__name__,
                          "vocab_size": int(loaded.model.get_input_embeddings().weight.shape[0])}))
-    _ChildLoop(conn, scheduler, intake, metrics).run()
+    child.run()
 
 
 class _ChildLoop:
     """The child's two threads: a reader that puts the server's messages on the intake, and the main thread,
     which runs the scheduler's turns and sends each turn's events in one message."""
 
-    def __init__(self, conn: Any, scheduler: Any, intake: Intake, metrics: ServerMetrics):
-        self.conn, self.scheduler, self.intake, self.metrics = conn, scheduler, intake, metrics
+    def __init__(self, conn: Any, metrics: ServerMetrics):
+        self.conn, self.metrics = conn, metrics
+        self.intake = Intake(0)   # unbounded: the server bounds what it sends
+        self.scheduler: Any = None
         self.works: dict[int, Work] = {}   # wid -> Work, for cancels (left once its rows are all done)
         self.open: dict[int, set[int]] = {}
+        self.last_taken = -1               # the last wid put on the intake
         self.outbox: list[tuple[int, Any]] = []
         self.stopping: str | None = None
-        self.lock = threading.Lock()   # works / open, shared by the reader and the main thread
+        self.lock = threading.Lock()   # works, open and last_taken, shared by the reader and the main thread
+
+    def stop(self, why: str) -> None:
+        self.stopping = self.stopping or why
 
     def run(self) -> None:
         from textwm.serving.workers import run_turn
@@ -297,15 +347,13 @@ class _ChildLoop:
 
     def _flush(self, kind: str) -> None:
         events, self.outbox = self.outbox, []
-        snapshot = self.metrics.worker_snapshot(queue_depth=self.intake.depth, requests_running=self._running())
+        with self.lock:   # the queue and the last wid taken, as of one moment
+            depth, last = self.intake.depth, self.last_taken
+        snapshot = {**self.metrics.worker_snapshot(queue_depth=depth), "last_taken": last}
         try:
             self.conn.send((kind, events, snapshot))
         except OSError:   # the server is gone: nothing to serve
-            self.stopping = self.stopping or "the server went away"
-
-    def _running(self) -> int:
-        active = getattr(self.scheduler, "active", None)
-        return len({id(work) for work, _ in active.values()}) if active is not None else 0
+            self.stop("the server went away")
 
     def _post(self, wid: int, event: Any) -> None:
         """A Work's ``post`` in the child: the event goes out with the turn's message."""
@@ -326,7 +374,7 @@ class _ChildLoop:
             try:
                 message = self.conn.recv()
             except (EOFError, OSError):
-                self.stopping = self.stopping or "the server went away"
+                self.stop("the server went away")
                 return
             kind = message[0]
             if kind == "work":
@@ -335,7 +383,8 @@ class _ChildLoop:
                             post=lambda event, wid=wid: self._post(wid, event))
                 with self.lock:
                     self.works[wid], self.open[wid] = work, set(range(len(prompts)))
-                self.intake.queue.put_nowait(work)
+                    self.intake.queue.put_nowait(work)
+                    self.last_taken = wid
             elif kind == "cancel":
                 _, wid, rows = message
                 with self.lock:
@@ -346,5 +395,5 @@ class _ChildLoop:
                         if not self.open[wid]:
                             del self.open[wid], self.works[wid]
             elif kind == "stop":
-                self.stopping = message[1]
+                self.stop(message[1])
                 return

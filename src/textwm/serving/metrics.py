@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 #: Window of the tokens/s and rows-per-step gauges.
 RATE_WINDOW_S = 30.0
-#: The counters the worker sets (its steps, prompt tokens, time and CPU): what an engine process reports.
-WORKER_FIELDS = ("steps", "step_rows", "worker_errors", "prompt_tokens", "prefix_cache_hit_tokens",
-                 "prompt_tokens_computed", "prefill_forwards", "prefill_forwards_unbucketed", "generated_tokens",
-                 "decode_seconds", "rows_running", "cuda_graphs", "compiles", "warm_up_seconds", "prefill_seconds",
-                 "step_seconds", "worker_cpu_seconds")
+#: What the worker sets and an engine process reports: totals (a new engine process's add to its predecessors')...
+WORKER_COUNTERS = ("steps", "step_rows", "worker_errors", "worker_failed_requests", "prompt_tokens",
+                   "prefix_cache_hit_tokens", "prompt_tokens_computed", "prefill_forwards",
+                   "prefill_forwards_unbucketed", "generated_tokens", "decode_seconds", "prefill_seconds",
+                   "step_seconds", "worker_cpu_seconds")
+#: ... and values of now.
+WORKER_GAUGES = ("rows_running", "cuda_graphs", "compiles", "warm_up_seconds", "worker_queue_depth")
 
 
 @dataclass
@@ -62,9 +64,8 @@ class ServerMetrics:
     #: and the process's (read when rendering), it shows what host work a request and a step cost, and how
     #: close the two threads that share the GIL are to filling it.
     worker_cpu_seconds: float = 0.0
-    #: An engine process's requests waiting and running, from its latest snapshot (:meth:`apply_worker_snapshot`).
+    #: An engine process's requests waiting, from its latest snapshot (:meth:`apply_worker_snapshot`).
     worker_queue_depth: int = 0
-    worker_requests_running: int = 0
     #: Requests an engine process's decoder failed (the server's own count is ``failed_requests``).
     worker_failed_requests: int = 0
     #: The scheduler runs in an engine process (its CPU seconds are not this process's).
@@ -86,20 +87,28 @@ class ServerMetrics:
             while self._recent and now - self._recent[0][0] > RATE_WINDOW_S:
                 self._recent.popleft()
 
-    def worker_snapshot(self, *, queue_depth: int, requests_running: int) -> dict[str, float]:
-        """The counters a worker keeps, for an engine process to send to the server."""
-        snapshot = {name: getattr(self, name) for name in WORKER_FIELDS}
+    def worker_snapshot(self, *, queue_depth: int) -> dict[str, float]:
+        """The counters and gauges a worker keeps, for an engine process to send to the server (its decoder's
+        failed requests as ``worker_failed_requests``)."""
+        with self._lock:
+            snapshot = {name: getattr(self, name) for name in (*WORKER_COUNTERS, *WORKER_GAUGES)}
         snapshot.update(worker_failed_requests=self.failed_requests, worker_queue_depth=queue_depth,
-                        worker_requests_running=requests_running, tokens_per_second=self.tokens_per_second(),
-                        rows_per_step=self.rows_per_step())
+                        tokens_per_second=self.tokens_per_second(), rows_per_step=self.rows_per_step())
         return snapshot
 
-    def apply_worker_snapshot(self, snapshot: dict[str, float]) -> None:
-        """Take an engine process's counters (:meth:`worker_snapshot`) as this server's."""
+    def worker_totals(self) -> dict[str, float]:
+        """The worker counters now: what a new engine process's counters add to (a server restarted in-process)."""
         with self._lock:
-            for name, value in snapshot.items():
-                if name not in ("tokens_per_second", "rows_per_step"):
-                    setattr(self, name, value)
+            return {name: getattr(self, name) for name in WORKER_COUNTERS}
+
+    def apply_worker_snapshot(self, snapshot: dict[str, float], base: dict[str, float]) -> None:
+        """Take an engine process's counters (:meth:`worker_snapshot`) as this server's, each added to ``base``
+        (:meth:`worker_totals` when that process started)."""
+        with self._lock:
+            for name in WORKER_COUNTERS:
+                setattr(self, name, base[name] + snapshot[name])
+            for name in WORKER_GAUGES:
+                setattr(self, name, snapshot[name])
             self._worker_rates = (snapshot["tokens_per_second"], snapshot["rows_per_step"])
 
     def record_stream_error(self) -> None:
