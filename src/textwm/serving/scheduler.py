@@ -1,4 +1,5 @@
-"""The engine's worker thread: requests from the bounded queue to the decoder, token deltas back to each request.
+"""The engine's scheduling: requests from the queue to the decoder, token deltas back to each request (run by a
+worker thread or an engine process: :mod:`textwm.serving.workers`).
 
 Two schedulers, one contract: each request (:class:`Work`, its ``n`` x prompts rows) gets
 :class:`~textwm.serving.streaming.RowTokens` for its rows through ``Work.post`` (thread-safe, into
@@ -16,9 +17,9 @@ the request's event loop), or one :class:`~textwm.serving.streaming.RowsFailed`.
   waits at the head of the queue, and those behind it wait too, until the running rows drain
   enough; so no request is passed over for ever (vLLM's scheduler is FCFS in the same way).
   While rows are running, queued requests join in groups: once ``join_min_rows`` requests wait (or as
-  many as there are free rows), or the oldest has waited ``join_wait_ms``. A join runs an eager prefill,
-  which on a small model costs several decode steps of host time; joining one request per step would
-  spend most of the worker on prefills.
+  many as there are free rows), or the oldest has waited ``join_wait_ms``. A join runs a prefill, which
+  on a small model costs several decode steps of host time; joining one request per step would spend
+  most of the worker on prefills.
 
 A decoder exception fails the requests it was serving (``DecodeFailed``) and the worker carries on.
 """
