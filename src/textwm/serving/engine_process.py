@@ -9,15 +9,17 @@ detokenising. vLLM splits its API server from its engine core for the same reaso
 
 The two talk over one pipe:
 
-* server -> child: ``("work", wid, prompts, settings, layouts)``, ``("cancel", wid, rows)``, ``("stop",)``;
+* server -> child: ``("work", wid, prompts, settings, layouts)``, ``("cancel", wid, rows)``, ``("stop", why)``;
   a reader thread in the child puts them on the scheduler's intake, so a big prompt never waits for a step;
 * child -> server: ``("ready", info)`` once warm (or ``("failed", traceback)``), then after every turn of
   the scheduler that produced events, ``("events", [(wid, event), ...], snapshot)``: the events of all its
-  requests in one message, and the worker's counters (:meth:`ServerMetrics.worker_snapshot`). A reader
+  requests in one message, the worker's counters (:meth:`ServerMetrics.worker_snapshot`) and the last wid
+  it has taken (the queue bound counts what it has not); last, ``("bye", ...)`` once it has stopped. A reader
   thread in the server hands each event to its request's ``post``, as the worker thread would.
 
-If the child dies, every request it held fails (:class:`~textwm.serving.scheduler.DecodeFailed`, naming
-its exit code), new ones are refused, and ``/health`` answers 503.
+If the child dies, or stops unasked, every request it held fails
+(:class:`~textwm.serving.scheduler.DecodeFailed`, naming why), new ones are refused, and ``/health`` answers
+503.
 """
 
 from __future__ import annotations
