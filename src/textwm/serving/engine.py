@@ -31,7 +31,7 @@ from textwm.generation.decoders import make_decoder, reference_decoder
 from textwm.generation.settings import DecodeSettings
 from textwm.models.checkpoint import LoadedModel
 from textwm.models.families import get_family
-from textwm.serving.engine_config import SCHEDULERS, EngineConfig
+from textwm.serving.engine_config import EngineConfig
 from textwm.serving.engine_process import ModelSource, ProcessWorker
 from textwm.serving.metrics import ServerMetrics
 from textwm.serving.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
@@ -49,8 +49,8 @@ from textwm.serving.workers import ThreadWorker, make_scheduler
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SCHEDULERS", "DecodeFailed", "Engine", "EngineConfig", "ModelSource", "Prepared", "QueueFull",
-           "RequestError", "RowsRefused", "UnknownModel"]
+__all__ = ["DecodeFailed", "Engine", "EngineConfig", "ModelSource", "Prepared", "QueueFull", "RequestError",
+           "RowsRefused", "UnknownModel"]
 
 
 class RequestError(ValueError):
@@ -103,14 +103,13 @@ class Engine:
             raise ValueError("engine_process needs the checkpoint's source (where the engine process loads it)")
         self.loaded = loaded
         self.config = config
-        self.source = source
         self.tokenizer = loaded.tokenizer
         self.family = loaded.spec.family
         #: SDAR's fixed blocks: block lengths checked against the checkpoint, lmdeploy's rules available.
         self.block_causal = get_family(self.family).block_causal
         self.metrics = ServerMetrics()
         self.worker: ThreadWorker | ProcessWorker = (
-            ProcessWorker(source, config, self.metrics) if config.engine_process and source is not None
+            ProcessWorker(source, config, self.metrics) if source is not None and config.engine_process
             else ThreadWorker(self._make_scheduler, config.max_queue, self.metrics))
         self.metrics.engine_process = isinstance(self.worker, ProcessWorker)
         self._templates: TemplateSandbox | None = None

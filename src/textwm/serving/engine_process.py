@@ -268,8 +268,10 @@ class ProcessWorker:
             sent, self._sent = list(self._sent.values()), {}
             self._wid_of.clear()
         for s in sent:
-            with contextlib.suppress(Exception):   # a closed event loop: nobody waits for it
+            try:
                 s.work.post(RowsFailed(error))
+            except Exception:   # its event loop is closed: logged, and the others still get theirs
+                log.warning("could not fail a request of the engine process (%s)", error, exc_info=True)
 
 
 # --- the child ------------------------------------------------------------------------------------------
