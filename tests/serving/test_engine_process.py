@@ -57,6 +57,19 @@ def test_an_engine_process_answers_as_the_worker_thread(served):
         a.json()["choices"][0]["message"]["content"]
 
 
+def test_an_engine_process_reports_its_start_on_the_servers_metrics_when_it_is_ready(tiny_ar_dir):
+    # Once start() returns (the server's /health says ready), the child's counters so far (the warm-up's graphs,
+    # compiles and seconds; the CPU it took to load) are the server's: a client's first reading of /metrics is
+    # its baseline, not the child's empty counters waiting for a first message.
+    engine = _process_engine(tiny_ar_dir)
+    engine.start()
+    try:
+        assert engine.metrics.worker_cpu_seconds > 0
+        assert engine.metrics.worker_queue_depth == 0 and engine.metrics.steps == 0
+    finally:
+        engine.stop()
+
+
 def test_an_engine_process_reports_its_counters_on_the_servers_metrics(served):
     _, process, engine = served
     before = process.get("/metrics").text

@@ -11,7 +11,8 @@ The two talk over one pipe:
 
 * server -> child: ``("work", wid, prompts, settings, layouts)``, ``("cancel", wid, rows)``, ``("stop", why)``;
   a reader thread in the child puts them on the scheduler's intake, so a big prompt never waits for a step;
-* child -> server: ``("ready", info)`` once warm (or ``("failed", traceback)``), then after every turn of
+* child -> server: ``("ready", info, snapshot)`` once warm, its counters after the warm-up (or
+  ``("failed", traceback)``), then after every turn of
   the scheduler that produced events, ``("events", [(wid, event), ...], snapshot)``: the events of all its
   requests in one message, the worker's counters (:meth:`ServerMetrics.worker_snapshot`) and the last wid
   it has taken (the queue bound counts what it has not); last, ``("bye", ...)`` once it has stopped. A reader
@@ -111,7 +112,7 @@ class ProcessWorker:
         process.start()
         theirs.close()
         try:
-            self.info = self._wait_ready(process, ours)
+            self.info, snapshot = self._wait_ready(process, ours)
         except BaseException:
             process.kill()
             process.join(timeout=10)
@@ -121,13 +122,17 @@ class ProcessWorker:
             self._process, self._conn = process, ours
             self._stopping, self._failure, self._last_taken = False, None, -1
             self._base = self.metrics.worker_totals()
+        # The warm-up's graphs, compiles and seconds are on /metrics before the server says it is healthy, so that
+        # a client's "before" reading does not count them as its own.
+        self._deliver([], snapshot)
         self.continuous = bool(self.info["continuous"])
         log.info("engine process %d ready: %s scheduler", process.pid, self.info["scheduler"])
         self._reader = threading.Thread(target=self._read, name="textwm-engine-reader", daemon=True)
         self._reader.start()
 
     @staticmethod
-    def _wait_ready(process: Any, conn: Any) -> dict[str, Any]:
+    def _wait_ready(process: Any, conn: Any) -> tuple[dict[str, Any], dict[str, float]]:
+        """The child's ``ready`` info and its counters after the warm-up."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while not conn.poll(1.0):
             if not process.is_alive():
@@ -135,14 +140,14 @@ class ProcessWorker:
             if time.monotonic() > deadline:
                 raise EngineProcessFailed(f"the engine process was not ready within {START_TIMEOUT_S:.0f} s")
         try:
-            kind, payload = conn.recv()
+            kind, payload, *snapshot = conn.recv()
         except (EOFError, OSError):
             process.join(timeout=10)
             raise EngineProcessFailed(f"the engine process exited while starting (exit code {process.exitcode}); "
                                       f"the server log has its output") from None
         if kind != "ready":
             raise EngineProcessFailed(f"the engine process failed to start:\n{payload}")
-        return payload
+        return payload, snapshot[0]
 
     def stop(self, error: BaseException) -> None:
         """Ask the child to stop (it fails its requests with ``error``) and wait for it; kill it after 30 s."""
@@ -310,7 +315,7 @@ def child_main(conn: Any, source: ModelSource, config: EngineConfig, log_level: 
 
     conn.send(("ready", {"continuous": isinstance(child.scheduler, ContinuousScheduler),
                          "scheduler": type(child.scheduler).__name__,
-                         "vocab_size": int(loaded.model.get_input_embeddings().weight.shape[0])}))
+                         "vocab_size": int(loaded.model.get_input_embeddings().weight.shape[0])}, child.snapshot()))
     child.run()
 
 
@@ -340,7 +345,6 @@ class _ChildLoop:
         last_snapshot = 0.0
         while self.stopping is None:
             run_turn(self.scheduler, self.metrics)   # idle: waits on the intake, at most IDLE_POLL_S
-            self.metrics.worker_cpu_seconds = time.thread_time()
             now = time.monotonic()
             if self.outbox or now - last_snapshot > SNAPSHOT_EVERY_S:
                 self._flush("events")
@@ -349,11 +353,16 @@ class _ChildLoop:
         self._flush("bye")
         self.conn.close()
 
-    def _flush(self, kind: str) -> None:
-        events, self.outbox = self.outbox, []
+    def snapshot(self) -> dict[str, float]:
+        """The worker's counters now (:meth:`ServerMetrics.worker_snapshot`) and the last wid taken."""
+        self.metrics.worker_cpu_seconds = time.thread_time()   # called from the main thread, the worker
         with self.lock:   # the queue and the last wid taken, as of one moment
             depth, last = self.intake.depth, self.last_taken
-        snapshot = {**self.metrics.worker_snapshot(queue_depth=depth), "last_taken": last}
+        return {**self.metrics.worker_snapshot(queue_depth=depth), "last_taken": last}
+
+    def _flush(self, kind: str) -> None:
+        events, self.outbox = self.outbox, []
+        snapshot = self.snapshot()
         try:
             self.conn.send((kind, events, snapshot))
         except OSError:   # the server is gone: nothing to serve
