@@ -140,14 +140,15 @@ class ProcessWorker:
             if time.monotonic() > deadline:
                 raise EngineProcessFailed(f"the engine process was not ready within {START_TIMEOUT_S:.0f} s")
         try:
-            kind, payload, *snapshot = conn.recv()
+            kind, *payload = conn.recv()   # ("ready", info, snapshot) or ("failed", traceback)
         except (EOFError, OSError):
             process.join(timeout=10)
             raise EngineProcessFailed(f"the engine process exited while starting (exit code {process.exitcode}); "
                                       f"the server log has its output") from None
         if kind != "ready":
-            raise EngineProcessFailed(f"the engine process failed to start:\n{payload}")
-        return payload, snapshot[0]
+            raise EngineProcessFailed(f"the engine process failed to start:\n{payload[0]}")
+        info, snapshot = payload
+        return info, snapshot
 
     def stop(self, error: BaseException) -> None:
         """Ask the child to stop (it fails its requests with ``error``) and wait for it; kill it after 30 s."""
